@@ -1,0 +1,3 @@
+"""hpctrain: submit distributed PyTorch training to Slurm and run it inside the allocation."""
+
+__version__ = "0.1.0"

@@ -1,0 +1,1 @@
+"""Schedulers behind one interface: the Slurm command line (default), pyslurm, and a local runner."""

@@ -1,0 +1,1 @@
+"""The login-node command line: one small module per verb; never imports torch."""

@@ -1,0 +1,1 @@
+"""The in-allocation runtime: bootstrap, parallel layouts, training loop, checkpoints (imports torch)."""
