@@ -89,9 +89,7 @@ def _check(field: str, parse: Any, value: Any) -> None:
 
 class Resources(Base):
     nodes: Annotated[int, Meta(ge=1, description="Number of nodes.")] = 1
-    gpus_per_node: Annotated[
-        int, Meta(ge=0, description="GPUs per node; 0 runs on CPUs with gloo.")
-    ] = 0
+    gpus_per_node: Annotated[int, Meta(ge=0, description="GPUs per node; 0 runs on CPUs with gloo.")] = 0
     tasks_per_node: Annotated[
         int | None,
         Meta(description="Processes per node; defaults to gpus_per_node (or 1 on CPU jobs)."),
@@ -100,17 +98,13 @@ class Resources(Base):
     mem: Annotated[
         str | None, Meta(description="Memory per node, Slurm syntax (16G); site default if unset.")
     ] = None
-    time: Annotated[str, Meta(description="Time limit, Slurm syntax (HH:MM:SS, D-HH:MM).")] = (
-        "00:30:00"
-    )
-    partition: Annotated[SlurmWord | None, Meta(description="Partition; site default if unset.")] = (
-        None
-    )
+    time: Annotated[str, Meta(description="Time limit, Slurm syntax (HH:MM:SS, D-HH:MM).")] = "00:30:00"
+    partition: Annotated[SlurmWord | None, Meta(description="Partition; site default if unset.")] = None
     account: Annotated[SlurmWord | None, Meta(description="Account to charge.")] = None
     qos: Annotated[SlurmWord | None, Meta(description="Quality of service.")] = None
-    constraint: Annotated[
-        SlurmWord | None, Meta(description="Node feature constraint (--constraint).")
-    ] = None
+    constraint: Annotated[SlurmWord | None, Meta(description="Node feature constraint (--constraint).")] = (
+        None
+    )
     exclusive: Annotated[bool, Meta(description="Ask for whole nodes (--exclusive).")] = False
 
     def __post_init__(self) -> None:
@@ -131,14 +125,18 @@ class ParameterServer(Base):
     servers: Annotated[int, Meta(ge=1, description="Server processes holding parameter shards.")] = 1
     mode: Annotated[
         Literal["sync", "async", "bounded"],
-        Meta(description="sync: average all workers per step; async: apply on arrival; "
-             "bounded: async with at most `staleness` steps of lag."),
+        Meta(
+            description="sync: average all workers per step; async: apply on arrival; "
+            "bounded: async with at most `staleness` steps of lag."
+        ),
     ] = "sync"
     staleness: Annotated[int, Meta(ge=0, description="Staleness limit for bounded mode.")] = 2
     heterogeneous: Annotated[
         bool,
-        Meta(description="Submit servers as their own Slurm hetjob component; false runs them in "
-             "the workers' allocation."),
+        Meta(
+            description="Submit servers as their own Slurm hetjob component; false runs them in "
+            "the workers' allocation."
+        ),
     ] = True
     partition: Annotated[SlurmWord | None, Meta(description="Partition for the servers.")] = None
     nodes: Annotated[int, Meta(ge=1, description="Nodes for the server component.")] = 1
@@ -222,8 +220,10 @@ class Train(Base):
 
     entrypoint: Annotated[
         str,
-        Meta(pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
-             description="module:function returning an hpctrain.runtime.task.Task."),
+        Meta(
+            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+            description="module:function returning an hpctrain.runtime.task.Task.",
+        ),
     ]
     parallel: Annotated[
         Literal["ddp", "fsdp", "tp", "pp", "ps"] | Parallel,
@@ -265,9 +265,9 @@ class Train(Base):
 
 
 class Preemption(Base):
-    signal: Annotated[
-        str, Meta(pattern=SIGNAL, description="Signal Slurm sends before the time limit.")
-    ] = "USR1"
+    signal: Annotated[str, Meta(pattern=SIGNAL, description="Signal Slurm sends before the time limit.")] = (
+        "USR1"
+    )
     lead_time: Annotated[
         int, Meta(ge=0, description="Seconds before the time limit that the signal comes.")
     ] = 90
@@ -279,8 +279,11 @@ class JobSpec(Base):
     train: Annotated[Train, Meta(description="The training the runtime does.")]
     resources: Annotated[Resources, Meta(description="What to ask Slurm for.")] = Resources()
     launcher: Annotated[
-        Literal["srun", "torchrun"],
-        Meta(description="srun: one task per GPU; torchrun: one torchrun per node."),
+        Literal["srun", "torchrun", "mpi"],
+        Meta(
+            description="srun: one task per GPU; torchrun: one torchrun per node; mpi: srun with "
+            "the site's MPI plugin, ranks from mpi4py."
+        ),
     ] = "srun"
     env: Annotated[dict[str, EnvValue], Meta(description="Environment variables for every task.")] = {}
     setup: Annotated[
@@ -294,9 +297,10 @@ class JobSpec(Base):
         Annotated[str, Meta(pattern=r"^[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*$")] | None,
         Meta(description="Slurm dependency (afterok:123)."),
     ] = None
-    preemption: Annotated[Preemption, Meta(description="Signal before the time limit, and requeue.")] = (
-        Preemption()
-    )
+    preemption: Annotated[
+        Preemption | None,
+        Meta(description="Signal before the time limit, and requeue; site default if unset."),
+    ] = None
 
     def __post_init__(self) -> None:
         for key in self.env:
@@ -335,9 +339,7 @@ class Network(Base):
         Meta(description="NCCL settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET_GDR_LEVEL...)."),
     ] = {}
     ucx_env: Annotated[dict[str, EnvValue], Meta(description="UCX settings for MPI over InfiniBand.")] = {}
-    gloo_socket_ifname: Annotated[
-        str | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")
-    ] = None
+    gloo_socket_ifname: Annotated[str | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
 
     def __post_init__(self) -> None:
         for key in (*self.nccl_env, *self.ucx_env):
@@ -351,9 +353,9 @@ class Site(Base):
     description: Annotated[str, Meta(description="What cluster this is.")] = ""
     gres_name: Annotated[str, Meta(pattern=r"^\w+$", description="Slurm gres name of GPUs.")] = "gpu"
     network: Annotated[Network, Meta(description="Interconnect and its NCCL/UCX settings.")] = Network()
-    mpi: Annotated[
-        Literal["pmix", "pmi2", "none"], Meta(description="srun --mpi plugin for MPI jobs.")
-    ] = "none"
+    mpi: Annotated[Literal["pmix", "pmi2", "none"], Meta(description="srun --mpi plugin for MPI jobs.")] = (
+        "none"
+    )
     setup: Annotated[list[str], Meta(description="Shell lines before every job (module loads).")] = []
     python: Annotated[
         str | None,
@@ -361,9 +363,9 @@ class Site(Base):
     ] = None
     env: Annotated[dict[str, EnvValue], Meta(description="Environment for every job at this site.")] = {}
     heterogeneous_jobs: Annotated[bool, Meta(description="Slurm hetjobs allowed here.")] = True
-    preemption: Annotated[
-        Preemption | None, Meta(description="Site default for the preemption signal.")
-    ] = None
+    preemption: Annotated[Preemption | None, Meta(description="Site default for the preemption signal.")] = (
+        None
+    )
 
     def __post_init__(self) -> None:
         for name in self.partitions:
@@ -399,6 +401,11 @@ class Resolved(Base):
     world_size: int
     parallel: Parallel
 
+    @property
+    def preemption(self) -> Preemption:
+        """The job's preemption settings, else the site's, else the defaults."""
+        return self.job.preemption or self.site.preemption or Preemption()
+
 
 def _yaml_loader() -> Any:
     """A safe YAML loader that reads `02:00:00` as a string, not YAML 1.1's base-60 integer 7200."""
@@ -410,8 +417,11 @@ def _yaml_loader() -> Any:
         pass
 
     Loader.yaml_implicit_resolvers = {
-        first: [(tag, rx) for tag, rx in resolvers if tag not in (
-            "tag:yaml.org,2002:int", "tag:yaml.org,2002:float")]
+        first: [
+            (tag, rx)
+            for tag, rx in resolvers
+            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
+        ]
         for first, resolvers in base.yaml_implicit_resolvers.items()
     }
     Loader.add_implicit_resolver(
@@ -421,9 +431,11 @@ def _yaml_loader() -> Any:
     )
     Loader.add_implicit_resolver(
         "tag:yaml.org,2002:float",
-        re.compile(r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-                   r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-                   r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"),
+        re.compile(
+            r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
+            r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
+            r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
+        ),
         list("-+0123456789."),
     )
     return Loader
@@ -564,9 +576,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
         raise SpecError(
             f"{job_origin}: resources.mem: {res.mem} per node asked, {where} has {part.mem_per_node}"
         )
-    if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (
-        job.launcher == "srun"
-    ):
+    if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (job.launcher == "srun"):
         raise SpecError(
             f"{job_origin}: resources.tasks_per_node: the srun launcher runs one task per GPU "
             f"({res.gpus_per_node}), got {res.tasks_per_node}"

@@ -58,6 +58,8 @@ usage() {
     sed -n '2,10s/^# \{0,1\}//p' "$0"
 }
 
+# Serialise concurrent runs. Daemons are started with fd 9 closed ("9>&-") so
+# they do not inherit (and hold) the lock.
 take_lock() {
     mkdir -p "$(dirname "$LOCK_FILE")"
     exec 9>"$LOCK_FILE"
@@ -361,7 +363,7 @@ start_munge() {
     fi
     if ! is_running "$MUNGE_PIDFILE" munged; then
         rm -f /run/munge/munge.socket.2 /run/munge/munge.socket.2.lock "$MUNGE_PIDFILE"
-        runuser -u munge -- /usr/sbin/munged >/dev/null 2>&1 ||
+        runuser -u munge -- /usr/sbin/munged >/dev/null 2>&1 9>&- ||
             die "munged failed to start" /var/log/munge/munged.log
     fi
     wait_until 15 munge_ok || die "munge does not answer (munge -n | unmunge)" /var/log/munge/munged.log
@@ -386,7 +388,7 @@ start_mariadb() {
             >"${LOG_DIR}/mariadb-install.log" 2>&1 ||
             die "mariadb-install-db failed" "${LOG_DIR}/mariadb-install.log"
     fi
-    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"${LOG_DIR}/mariadb.log" 2>&1 &
+    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"${LOG_DIR}/mariadb.log" 2>&1 9>&- &
     wait_until "$TIMEOUT" db_ok || die "MariaDB did not answer within ${TIMEOUT}s" "${LOG_DIR}/mariadb.log"
     mysql --socket="$DB_SOCKET" -uroot <<EOF || die "creating the slurm database/user failed" "${LOG_DIR}/mariadb.log"
 CREATE DATABASE IF NOT EXISTS ${DB_NAME};
@@ -408,7 +410,7 @@ start_slurmdbd() {
         stop_daemon "${RUN_DIR}/slurmdbd.pid" slurmdbd
     fi
     if ! is_running "${RUN_DIR}/slurmdbd.pid" slurmdbd; then
-        slurmdbd >>"${LOG_DIR}/slurmdbd.log" 2>&1 || die "slurmdbd failed to start" "${LOG_DIR}/slurmdbd.log"
+        slurmdbd >>"${LOG_DIR}/slurmdbd.log" 2>&1 9>&- || die "slurmdbd failed to start" "${LOG_DIR}/slurmdbd.log"
     fi
     wait_until "$TIMEOUT" dbd_ok || die "slurmdbd did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmdbd.log"
     if ! sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
@@ -421,7 +423,7 @@ ctld_ok() { scontrol ping 2>/dev/null | grep -q 'is UP'; }
 
 start_slurmctld() {
     if ! is_running "${RUN_DIR}/slurmctld.pid" slurmctld; then
-        slurmctld >>"${LOG_DIR}/slurmctld.log" 2>&1 || die "slurmctld failed to start" "${LOG_DIR}/slurmctld.log"
+        slurmctld >>"${LOG_DIR}/slurmctld.log" 2>&1 9>&- || die "slurmctld failed to start" "${LOG_DIR}/slurmctld.log"
     fi
     wait_until "$TIMEOUT" ctld_ok || die "slurmctld did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmctld.log"
 }
@@ -430,7 +432,7 @@ start_slurmds() {
     local n
     for n in "${NODES[@]}"; do
         if ! is_running "${RUN_DIR}/slurmd-${n}.pid" slurmd; then
-            slurmd -N "$n" >>"${LOG_DIR}/slurmd-${n}.log" 2>&1 ||
+            slurmd -N "$n" >>"${LOG_DIR}/slurmd-${n}.log" 2>&1 9>&- ||
                 die "slurmd -N ${n} failed to start" "${LOG_DIR}/slurmd-${n}.log"
         fi
     done

@@ -1,1 +1,35 @@
 """Schedulers behind one interface: the Slurm command line (default), pyslurm, and a local runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+from hpctrain.backends.base import Backend, BackendError
+
+NAMES = ("auto", "slurm", "pyslurm", "local")
+
+
+def select_backend(name: str | None = None) -> Backend:
+    """`auto` takes pyslurm when it is importable and matches the cluster, else the command line."""
+    name = name or os.environ.get("HPCTRAIN_BACKEND") or "auto"
+    if name == "local":
+        from hpctrain.backends.local import LocalBackend
+
+        return LocalBackend()
+    if name == "pyslurm" or (name == "auto" and importlib.util.find_spec("pyslurm") is not None):
+        try:
+            from hpctrain.backends.pyslurm_backend import PyslurmBackend, available
+        except ImportError:
+            usable, why = False, "hpctrain.backends.pyslurm_backend is missing"
+        else:
+            usable, why = available()
+        if usable:
+            return PyslurmBackend()
+        if name == "pyslurm":
+            raise BackendError(f"the pyslurm backend cannot be used here: {why}")
+    if name in ("auto", "slurm", "pyslurm"):
+        from hpctrain.backends.slurm_cli import SlurmCliBackend
+
+        return SlurmCliBackend()
+    raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")

@@ -1,0 +1,126 @@
+"""The scheduler interface every backend implements, and the small enum that Slurm's states map to."""
+
+from __future__ import annotations
+
+import enum
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class JobState(str, enum.Enum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+    TIMEOUT = "TIMEOUT"
+    PREEMPTED = "PREEMPTED"
+    NODE_FAIL = "NODE_FAIL"
+    OUT_OF_MEMORY = "OUT_OF_MEMORY"
+    REQUEUED = "REQUEUED"
+    UNKNOWN = "UNKNOWN"
+
+    @property
+    def terminal(self) -> bool:
+        """A state the job cannot leave (so its answer can be cached instead of asked again)."""
+        return self in TERMINAL
+
+
+TERMINAL = frozenset(
+    {
+        JobState.COMPLETED,
+        JobState.FAILED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.NODE_FAIL,
+        JobState.OUT_OF_MEMORY,
+    }
+)
+
+# Every state squeue or sacct prints (22.05 to 24.11), folded into the enum. PREEMPTED stays
+# non-terminal: with --requeue a preempted job comes back.
+SLURM_STATES: dict[str, JobState] = {
+    "PENDING": JobState.PENDING,
+    "CONFIGURING": JobState.PENDING,
+    "RESV_DEL_HOLD": JobState.PENDING,
+    "REQUEUE_HOLD": JobState.REQUEUED,
+    "REQUEUE_FED": JobState.REQUEUED,
+    "REQUEUED": JobState.REQUEUED,
+    "RUNNING": JobState.RUNNING,
+    "COMPLETING": JobState.RUNNING,
+    "SIGNALING": JobState.RUNNING,
+    "STAGE_OUT": JobState.RUNNING,
+    "RESIZING": JobState.RUNNING,
+    "SUSPENDED": JobState.RUNNING,
+    "STOPPED": JobState.RUNNING,
+    "COMPLETED": JobState.COMPLETED,
+    "FAILED": JobState.FAILED,
+    "BOOT_FAIL": JobState.FAILED,
+    "SPECIAL_EXIT": JobState.FAILED,
+    "CANCELLED": JobState.CANCELLED,
+    "REVOKED": JobState.CANCELLED,
+    "TIMEOUT": JobState.TIMEOUT,
+    "DEADLINE": JobState.TIMEOUT,
+    "PREEMPTED": JobState.PREEMPTED,
+    "NODE_FAIL": JobState.NODE_FAIL,
+    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
+}
+
+
+def slurm_state(text: str) -> JobState:
+    """Map Slurm's spelling (`CANCELLED by 0`, `RUNNING`, `OUT_OF_ME+`) to a JobState."""
+    word = text.strip().split(" ", 1)[0].rstrip("+").upper()
+    if word in SLURM_STATES:
+        return SLURM_STATES[word]
+    # sacct truncates long names with '+' when a column is narrow.
+    matches = {state for name, state in SLURM_STATES.items() if word and name.startswith(word)}
+    return matches.pop() if len(matches) == 1 else JobState.UNKNOWN
+
+
+@dataclass
+class JobInfo:
+    """What one poll knows of one job."""
+
+    job_id: str
+    state: JobState
+    reason: str = ""
+    exit_code: str = ""
+    nodes: str = ""
+    elapsed: str = ""
+    source: str = ""
+    """Where the answer came from (squeue, sacct, scontrol, local, cache): for `status --json`."""
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class BackendError(RuntimeError):
+    """The scheduler could not be asked or refused; the message is one line naming the cause."""
+
+
+class Backend(ABC):
+    """Submit, poll many jobs at once, cancel, and say where logs are."""
+
+    name: str = "base"
+
+    @abstractmethod
+    def submit(self, script: Path, run_dir: Path) -> str:
+        """Submit a rendered batch script; return the job id. Raise BackendError on refusal."""
+
+    @abstractmethod
+    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+        """The state of every given job, at a bounded cost whatever their number (one query)."""
+
+    @abstractmethod
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        """Cancel the given jobs."""
+
+    def test_only(self, script: Path) -> str:
+        """Ask the scheduler whether it would accept the script, without submitting it."""
+        raise BackendError(f"backend {self.name} has no test-only submission")
+
+    def log_paths(self, run_dir: Path) -> dict[str, Path]:
+        """The batch log and one log per rank, by name (`batch`, `rank-0`, ...)."""
+        logs = run_dir / "logs"
+        found = {p.stem: p for p in sorted(logs.glob("*.log"))} if logs.is_dir() else {}
+        return found

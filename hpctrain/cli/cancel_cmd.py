@@ -1,0 +1,31 @@
+"""`hpctrain cancel`: cancel tracked jobs, one scheduler call per backend."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections import defaultdict
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("jobs", nargs="+", metavar="JOBID", help="Job ids or run ids.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpctrain.backends import select_backend
+    from hpctrain.records import Index
+
+    index = Index()
+    runs, missing = index.find(args.jobs)
+    for key in missing:
+        print(f"hpctrain: error: {key} is not tracked by hpctrain", file=sys.stderr)
+    by_backend = defaultdict(list)
+    for run_ in runs:
+        if run_.job_id:
+            by_backend[run_.backend].append(run_)
+    for backend_name, group in by_backend.items():
+        select_backend(backend_name).cancel([r.job_id for r in group])
+        index.update_states((r, r.state, "cancel requested") for r in group)
+        for run_ in group:
+            print(f"Cancelled job {run_.job_id} ({run_.name})")
+    return 1 if missing else 0

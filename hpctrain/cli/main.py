@@ -1,0 +1,70 @@
+"""`hpctrain`: the entry point that parses arguments and turns every known failure into one line."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+VERBS = {
+    "render": "Print the batch script a job would submit (dry run; submits nothing).",
+    "submit": "Validate, render, record and submit a job.",
+    "status": "Show the state and progress of tracked jobs (one scheduler query per poll).",
+    "logs": "Print a job's batch log or one rank's log.",
+    "cancel": "Cancel jobs.",
+    "list": "Every job submitted through hpctrain, newest first.",
+    "explain": "The job-spec and site-profile fields with their documentation.",
+}
+
+# Exit codes: 2 = the user's input is wrong (nothing was submitted), 1 = the cluster or job failed.
+EXIT_INPUT = 2
+EXIT_FAILURE = 1
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="hpctrain",
+        description="Distributed PyTorch training on Slurm: render, submit, track, cancel.",
+    )
+    from hpctrain import __version__
+
+    parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
+    sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
+    for verb, help_text in VERBS.items():
+        module = importlib.import_module(f"hpctrain.cli.{verb}_cmd")
+        child = sub.add_parser(verb, help=help_text, description=help_text)
+        module.add_arguments(child)
+        child.set_defaults(run=module.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "verb", None):
+        parser.print_help()
+        return EXIT_INPUT
+    from hpctrain.backends.base import BackendError
+    from hpctrain.render import RenderError
+    from hpctrain.spec import SpecError
+
+    try:
+        return int(args.run(args) or 0)
+    except (SpecError, RenderError) as err:
+        print(f"hpctrain: error: {err}", file=sys.stderr)
+        return EXIT_INPUT
+    except BackendError as err:
+        print(f"hpctrain: error: {err}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        print("hpctrain: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        return 0
+    except OSError as err:
+        print(f"hpctrain: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAILURE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

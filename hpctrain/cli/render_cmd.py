@@ -1,0 +1,25 @@
+"""`hpctrain render`: print the batch script a job would submit; nothing is submitted or recorded."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from hpctrain.cli.common import add_job_arguments
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_arguments(parser)
+    parser.add_argument("--spec", action="store_true", help="Print the resolved spec (JSON) instead.")
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpctrain import spec
+    from hpctrain.submission import prepare
+
+    request = prepare(args.job, args.site, args.overrides, args.backend)
+    if args.spec:
+        sys.stdout.write(spec.dumps(request.resolved).decode() + "\n")
+    else:
+        sys.stdout.write(request.script)
+    return 0

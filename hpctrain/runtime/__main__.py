@@ -1,0 +1,93 @@
+"""``python -m hpctrain.runtime``: one task of a job, started by srun, torchrun, mpirun or by hand.
+
+Reads ``$HPCTRAIN_RUN_DIR/spec.json``, joins the process group, trains (or hands parameter-server
+jobs to ``hpctrain.runtime.ps``), and on any exception writes ``failures/rank-N.json`` and exits
+non-zero so that ``srun --kill-on-bad-exit`` ends the whole job.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from pathlib import Path
+
+from hpctrain import spec
+from hpctrain.runtime import bootstrap, logs, signals
+
+log = logging.getLogger("hpctrain.runtime")
+
+
+def run_dir_from_env() -> Path:
+    value = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not value:
+        raise SystemExit("hpctrain.runtime: HPCTRAIN_RUN_DIR is not set (the run directory with spec.json)")
+    return Path(value).resolve()
+
+
+def backend_for(resolved: spec.Resolved) -> str:
+    import torch
+
+    return "nccl" if resolved.job.resources.gpus_per_node > 0 and torch.cuda.is_available() else "gloo"
+
+
+def set_network_env(resolved: spec.Resolved) -> None:
+    """The site's interconnect settings, unless the batch script (or the user) already set them."""
+    network = resolved.site.network
+    if network.gloo_socket_ifname:
+        os.environ.setdefault("GLOO_SOCKET_IFNAME", network.gloo_socket_ifname)
+    for key, value in network.nccl_env.items():
+        os.environ.setdefault(key, str(value))
+
+
+def main() -> int:
+    run_dir = run_dir_from_env()
+    resolved = spec.loads((run_dir / "spec.json").read_bytes())
+    # Before the slow torch import: the default action of SIGUSR1 is to terminate.
+    signalled = signals.install(resolved.preemption.signal)
+    info = bootstrap.discover()
+    if os.environ.get("HPCTRAIN_REDIRECT_LOGS") == "1":
+        logs.redirect(run_dir, info.rank)
+    logs.setup(info.rank, info.world_size, info.hostname)
+    logs.write_pid(run_dir, info.rank)
+    set_network_env(resolved)
+    try:
+        return run(resolved, info, run_dir, signalled)
+    except BaseException as error:
+        if isinstance(error, SystemExit) and not error.code:
+            raise
+        from hpctrain.runtime.metrics import Metrics, write_failure
+
+        path = write_failure(run_dir, info.rank, error, info.hostname)
+        log.exception("rank %d failed (%s): %s", info.rank, path, error)
+        Metrics(run_dir, info.rank).event("failed", error=f"{type(error).__name__}: {error}"[:500])
+        raise
+
+
+def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signalled: threading.Event) -> int:
+    import torch.distributed as dist
+
+    if resolved.parallel.ps is not None:
+        from hpctrain.runtime import ps  # written separately; imported only for ps jobs
+
+        ps.run(resolved, info)
+        return 0
+    from hpctrain.runtime.train import Trainer
+
+    bootstrap.init_process_group(info, backend_for(resolved), resolved.job.train.timeout_s)
+    log.info(
+        "rank %d/%d local %d node %d via %s, rendezvous %s:%d",
+        info.rank, info.world_size, info.local_rank, info.node_rank, info.launcher,
+        info.master_addr, info.master_port,
+    )
+    trainer = Trainer(resolved, info, run_dir, signalled)
+    log.info("strategy: %s", trainer.strategy.describe())
+    status = trainer.run()
+    log.info("run %s at step %d", status, trainer.step)
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,92 @@
+"""Preemption: a signal handler that only sets a flag, the flag file, and the all-ranks agreement.
+
+Slurm's warning signal may reach the tasks directly (``scancel --signal=USR1 JOB``) or only the
+batch shell, which then touches ``$RUN/preempt.flag``. Either way every rank must stop at the same
+step, so at each step boundary the ranks all-reduce (MAX) one flag. The all-reduce for step ``k``
+is started asynchronously and waited on at step ``k+1``: all ranks still agree on the same step,
+and the latency of the tiny collective hides behind a step of compute.
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from pathlib import Path
+from types import FrameType
+
+import torch
+import torch.distributed as dist
+
+FLAG_FILE = "preempt.flag"
+REQUEST_FILE = "requeue.request"
+
+
+def signal_number(name: str) -> signal.Signals:
+    """`USR1`, `SIGUSR1` or `10` -> signal.SIGUSR1."""
+    if name.isdigit():
+        return signal.Signals(int(name))
+    upper = name.upper()
+    return signal.Signals[upper if upper.startswith("SIG") else "SIG" + upper]
+
+
+def install(signal_name: str) -> threading.Event:
+    """Catch the preemption signal from process start on (its default action would kill us).
+
+    The handler only sets an event: it may run in the middle of a collective or a checkpoint write.
+    """
+    signalled = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        signalled.set()
+
+    signal.signal(signal_number(signal_name), handle)
+    return signalled
+
+
+class Preemption:
+    """Tracks whether this job has been asked to stop, and agrees on it across ranks."""
+
+    def __init__(self, run_dir: Path, signalled: threading.Event, rank: int, device: torch.device) -> None:
+        self.run_dir = run_dir
+        self.rank = rank
+        self.signalled = signalled
+        self._flag = torch.zeros(1, dtype=torch.int32, device=device)
+        self._pending: dist.Work | None = None
+
+    def local_request(self) -> bool:
+        """Signal seen by this process, or (rank 0) the batch shell's flag file exists."""
+        if self.signalled.is_set():
+            return True
+        return self.rank == 0 and (self.run_dir / FLAG_FILE).exists()
+
+    def poll(self) -> bool:
+        """Call once per step on every rank: True when all ranks must stop now.
+
+        Returns the agreement started at the previous call, then starts the next one.
+        """
+        stop = False
+        if self._pending is not None:
+            self._pending.wait()
+            stop = bool(self._flag.item())
+        if not stop:
+            self._flag.fill_(int(self.local_request()))
+            self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, async_op=True)
+        return stop
+
+    def drain(self) -> None:
+        """Finish an outstanding agreement (before other collectives or exit)."""
+        if self._pending is not None:
+            self._pending.wait()
+            self._pending = None
+
+
+def clear_stale(run_dir: Path) -> None:
+    """Rank 0 on start: a flag or request from the previous run must not stop this one."""
+    for name in (FLAG_FILE, REQUEST_FILE):
+        (run_dir / name).unlink(missing_ok=True)
+
+
+def request_requeue(run_dir: Path, step: int) -> None:
+    """Rank 0 after the preemption checkpoint: ask the batch script to `scontrol requeue`."""
+    (run_dir / REQUEST_FILE).write_text(f"{step}\n")
+    (run_dir / FLAG_FILE).unlink(missing_ok=True)

@@ -1,0 +1,331 @@
+"""The training loop: data shard -> strategy step -> optimizer, with metrics, eval, checkpoints, preemption.
+
+Layout-agnostic: everything parallel goes through the Strategy (``runtime/parallel/base.py``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import math
+import os
+import random
+import statistics
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from hpctrain.runtime import data, signals
+from hpctrain.runtime.bootstrap import DistInfo
+from hpctrain.runtime.checkpoint import Checkpointer
+from hpctrain.runtime.mesh import build_mesh
+from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
+from hpctrain.runtime.parallel import build_strategy, layout_module
+from hpctrain.runtime.parallel.base import Strategy
+from hpctrain.runtime.task import Task
+from hpctrain.spec import Resolved, Train
+
+log = logging.getLogger(__name__)
+
+
+# ----------------------------------------------------------------------------------------------
+# Setup
+# ----------------------------------------------------------------------------------------------
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def configure_determinism(train: Train) -> None:
+    """Deterministic kernels (and the cuBLAS workspace they need) when the job asks for them."""
+    if not train.deterministic:
+        return
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.benchmark = False
+
+
+def load_task(train: Train) -> Task:
+    """Import ``module:function`` and call it with the Train section, under the job's seed."""
+    module_name, _, function_name = train.entrypoint.partition(":")
+    build = getattr(importlib.import_module(module_name), function_name)
+    seed_everything(train.seed)  # same init on every rank (DDP broadcasts it anyway)
+    task = build(train)
+    if not isinstance(task, Task):
+        raise TypeError(f"{train.entrypoint} returned {type(task).__name__}, not hpctrain.runtime.task.Task")
+    return task
+
+
+def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
+    """Multiplier of the peak LR for the 0-based optimizer step: linear warm-up, then constant or
+    cosine decay to zero at ``total``."""
+    if warmup and step < warmup:
+        return (step + 1) / warmup
+    if schedule == "constant":
+        return 1.0
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def make_optimizer(task: Task, strategy: Strategy, train: Train) -> torch.optim.Optimizer:
+    params = list(strategy.parameters())
+    if task.optimizer is not None:
+        return task.optimizer(params)
+    return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
+
+
+# ----------------------------------------------------------------------------------------------
+# The loop
+# ----------------------------------------------------------------------------------------------
+
+
+class Trainer:
+    """One run of the job in this allocation (a requeued job makes a new Trainer that resumes)."""
+
+    def __init__(self, resolved: Resolved, dist_info: DistInfo, run_dir: Path, signalled: threading.Event):
+        self.resolved = resolved
+        self.train = resolved.job.train
+        self.dist = dist_info
+        self.run_dir = run_dir
+        self.rank = dist_info.rank
+        self.metrics = Metrics(run_dir, self.rank)
+        self.started = time.perf_counter()
+
+        configure_determinism(self.train)
+        self.task = load_task(self.train)
+        device_type = "cuda" if resolved.job.resources.gpus_per_node and torch.cuda.is_available() else "cpu"
+        self.mesh = build_mesh(resolved.parallel, dist_info.world_size, device_type)
+        self.strategy = build_strategy(resolved, dist_info, self.mesh, self.task)
+        # Dropout differs between data shards but not between tp/pp peers of one replica.
+        seed_everything(self.train.seed + 1 + self.strategy.data_rank)
+        self.optimizer = make_optimizer(self.task, self.strategy, self.train)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer,
+            lambda s: lr_factor(s, self.train.warmup_steps, self.train.steps, self.train.lr_schedule),
+        )
+        self.sampler = data.ShardedSampler(
+            len(self.task.train_data),  # type: ignore[arg-type]
+            self.train.batch_size,
+            self.strategy.data_rank,
+            self.strategy.data_world,
+            self.train.seed,
+        )
+        self.checkpoints = Checkpointer(run_dir, self.rank, self.train.keep_checkpoints, self.metrics.event)
+        self.preemption = signals.Preemption(run_dir, signalled, self.rank, self.strategy.device)
+        self.step = 0
+        self.position = data.Position()
+        self.last_saved = -1
+        self.memory_pending = True
+        self.step_times: list[float] = []
+        self.last_loss: float | None = None
+        self.last_eval: dict[str, float] = {}
+
+    # -- pieces ----------------------------------------------------------------------------------
+
+    def resume(self) -> None:
+        if self.rank == 0:
+            self.checkpoints.clean_partial()
+            signals.clear_stale(self.run_dir)
+        dist.barrier()
+        restored = self.checkpoints.load(self.strategy.model, self.optimizer)
+        common = {
+            "layout": layout_module(self.resolved),
+            "world_size": self.dist.world_size,
+            "launcher": self.dist.launcher,
+            "job_id": self.dist.job_id,
+            "restart_count": self.dist.restart_count,
+        }
+        if restored is None:
+            self.metrics.event("start", step=0, **common)
+            return
+        self.step = restored.step
+        self.last_saved = restored.step
+        self.position = data.Position(**restored.trainer["position"])
+        self.scheduler.load_state_dict(restored.trainer["scheduler"])
+        log.info("resumed from %s at step %d", restored.path, self.step)
+        self.metrics.event("resumed", step=self.step, path=str(restored.path), **common)
+
+    def _batch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        indices = self.sampler.indices(self.position)
+        batch = data.to_device(data.fetch(self.task.train_data, indices), self.strategy.device)
+        return data.split(batch, self.train.grad_accum)
+
+    def _optimizer_step(self) -> float:
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        if self.train.grad_clip is not None:
+            self.strategy.clip_grad_norm(self.train.grad_clip)
+        self.optimizer.step()
+        if self.memory_pending:  # after the first step: gradients and optimizer state now exist
+            self.memory_pending = False
+            self._memory_report()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return lr
+
+    def _mean_over_ranks(self, value: torch.Tensor) -> float:
+        total = value.detach().float().reshape(1).clone()
+        dist.all_reduce(total, op=dist.ReduceOp.SUM)
+        return float(total.item()) / self.dist.world_size
+
+    def _log_train(self, losses: list[torch.Tensor], lr: float, interval_s: float) -> None:
+        loss = self._mean_over_ranks(torch.stack(losses).mean())
+        self.last_loss = loss
+        steps = len(losses)
+        step_time = interval_s / steps
+        samples_per_s = self.train.batch_size / step_time
+        line: dict[str, Any] = {
+            "step": self.step,
+            "steps": self.train.steps,
+            "loss": round(loss, 6),
+            "lr": lr,
+            "samples_per_s": round(samples_per_s, 2),
+            "step_time_s": round(step_time, 5),
+            "peak_mem_mb": peak_mem_mb(self.strategy.device),
+        }
+        if self.task.tokens_per_sample:
+            tokens_per_s = samples_per_s * self.task.tokens_per_sample
+            line["tokens_per_s"] = round(tokens_per_s, 1)
+            peak = peak_flops(self.strategy.device)
+            if peak and self.task.flops_per_token:
+                line["mfu"] = round(tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4)
+        self.metrics.write("train", **line)
+        log.info("step %d/%d loss %.4f lr %.3g %.1f samples/s", self.step, self.train.steps, loss, lr, samples_per_s)
+
+    def _memory_report(self) -> None:
+        report = {
+            "rank": self.rank,
+            "rank_bytes": self.strategy.memory_report(self.optimizer),
+            "peak_mem_mb": peak_mem_mb(self.strategy.device),
+        }
+        gathered: list[Any] = [None] * self.dist.world_size if self.rank == 0 else []
+        dist.gather_object(report, gathered if self.rank == 0 else None, dst=0)
+        for item in gathered:
+            self.metrics.write("memory", **item)
+
+    @torch.no_grad()
+    def evaluate(self) -> dict[str, float]:
+        if self.task.eval_data is None:
+            return {}
+        self.strategy.train_mode(False)
+        device = self.strategy.device
+        sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * n, correct, n
+        per_rank = self.train.batch_size // self.strategy.data_world
+        shard = data.eval_batches(self.task.eval_data, per_rank, self.strategy.data_rank, self.strategy.data_world)
+        for batch in shard:
+            inputs, targets = data.to_device(batch, device)
+            outputs = self.strategy.eval_forward(inputs)
+            if outputs is None:  # a pipeline stage before the last
+                continue
+            count = targets.shape[0]
+            sums[0] += self.task.loss(outputs, targets).double() * count
+            if self.task.metric is not None:
+                sums[1] += self.task.metric(outputs, targets).double()
+            sums[2] += count
+        self.strategy.train_mode(True)
+        dist.all_reduce(sums, op=dist.ReduceOp.SUM)
+        loss_sum, correct, count = (float(v) for v in sums.tolist())
+        result = {"loss": loss_sum / max(count, 1.0)}
+        if self.task.metric is not None:
+            result["accuracy"] = correct / max(count, 1.0)
+        self.metrics.write("eval", step=self.step, **{k: round(v, 6) for k, v in result.items()})
+        log.info("eval at step %d: %s", self.step, result)
+        self.last_eval = result
+        return result
+
+    def save(self) -> None:
+        if self.last_saved == self.step:
+            return
+        trainer_state = {
+            "position": {"epoch": self.position.epoch, "offset": self.position.offset},
+            "scheduler": self.scheduler.state_dict(),
+        }
+        self.checkpoints.save(self.step, self.strategy.model, self.optimizer, trainer_state)
+        self.last_saved = self.step
+
+    # -- the run ---------------------------------------------------------------------------------
+
+    def run(self) -> str:
+        """Train to ``train.steps`` or until preempted; returns "completed" or "preempted"."""
+        self.resume()
+        train = self.train
+        self.strategy.train_mode(True)
+        first_step = self.step
+        losses: list[torch.Tensor] = []
+        sync: Callable[[], None] = torch.cuda.synchronize if self.strategy.device.type == "cuda" else lambda: None
+        interval_start = time.perf_counter()
+        train_time = 0.0
+        while self.step < train.steps:
+            step_start = time.perf_counter()
+            losses.append(self.strategy.train_step(self._batch(), self.task.loss))
+            lr = self._optimizer_step()
+            self.step += 1
+            self.position = self.sampler.advance(self.position)
+            now = time.perf_counter()
+            self.step_times.append(now - step_start)
+            train_time += now - step_start
+            if self.step % train.log_every == 0 or self.step == train.steps:
+                sync()
+                self._log_train(losses, lr, time.perf_counter() - interval_start)
+                losses = []
+                interval_start = time.perf_counter()
+            if train.eval_every and self.step % train.eval_every == 0 and self.step < train.steps:
+                self.evaluate()
+            if train.checkpoint_every and self.step % train.checkpoint_every == 0:
+                self.save()
+            if self.preemption.poll():
+                return self._preempted()
+        self.preemption.drain()
+        self.save()
+        evaluation = self.evaluate()
+        self._export()
+        self._finish(evaluation, train_time, self.step - first_step)
+        return "completed"
+
+    def _preempted(self) -> str:
+        log.warning("preemption agreed at step %d: checkpointing and stopping", self.step)
+        self.save()
+        requeue = self.resolved.preemption.requeue
+        if self.rank == 0:
+            if requeue:
+                signals.request_requeue(self.run_dir, self.step)
+            else:
+                (self.run_dir / signals.FLAG_FILE).unlink(missing_ok=True)
+        self.metrics.event("preempted", step=self.step, requeue=requeue)
+        return "preempted"
+
+    def _export(self) -> None:
+        if not self.train.export_final:
+            return
+        state = self.strategy.export_state_dict()
+        if state is not None:
+            torch.save(state, self.run_dir / "final_model.pt")
+
+    def _finish(self, evaluation: dict[str, float], train_time: float, steps_run: int) -> None:
+        if self.rank != 0:
+            return
+        steady = self.step_times[1:] or self.step_times
+        result = {
+            "status": "completed",
+            "step": self.step,
+            "steps": self.train.steps,
+            "final_loss": self.last_loss,
+            "eval_loss": evaluation.get("loss"),
+            "eval_accuracy": evaluation.get("accuracy"),
+            "wall_time_s": round(time.perf_counter() - self.started, 3),
+            "train_time_s": round(train_time, 3),
+            "samples_per_s": round(steps_run * self.train.batch_size / train_time, 2) if train_time else None,
+            "step_time_median_s": round(statistics.median(steady), 6) if steady else None,
+            "layout": layout_module(self.resolved),
+            "world_size": self.dist.world_size,
+        }
+        write_result(self.run_dir, result)
+        self.metrics.event("done", step=self.step, wall_time_s=result["wall_time_s"])

@@ -1,0 +1,106 @@
+"""Submit = prepare (a dry-run request: resolved spec + rendered script) then schedule it on a backend."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpctrain import spec
+from hpctrain.backends import select_backend
+from hpctrain.backends.base import BackendError, JobState
+from hpctrain.records import SUBMIT_FAILED, Index, Run
+from hpctrain.render import render
+
+REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
+
+
+def site_search_path() -> list[Path]:
+    """Where `--site NAME` is looked up: ./site-configs, $HPCTRAIN_SITES, the checkout's site-configs."""
+    folders = [Path.cwd() / "site-configs"]
+    folders += [Path(p) for p in os.environ.get("HPCTRAIN_SITES", "").split(os.pathsep) if p]
+    folders.append(REPO_SITES)
+    return folders
+
+
+@dataclass
+class Request:
+    """What would be submitted: everything is known and checked before the scheduler is asked."""
+
+    resolved: spec.Resolved
+    script: str
+    template: str
+    job_path: Path
+    site_path: str
+
+
+def prepare(
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None = None,
+    backend_name: str | None = None,
+    run_dir: Path | None = None,
+) -> Request:
+    """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
+    job_path = Path(job_path)
+    job = spec.load_job(job_path, overrides)
+    site_profile = spec.load_site(site, site_search_path())
+    resolved = spec.resolve(job, site_profile, str(job_path), str(site))
+    template = "local.sh.j2" if backend_name == "local" else "sbatch.sh.j2"
+    where = run_dir or Path("/RUN_DIR")  # a dry run has no run directory yet
+    return Request(resolved, render(resolved, where, template=template), template, job_path, site)
+
+
+@dataclass
+class Submitted:
+    run: Run
+    error: str | None = None
+
+
+def submit(
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None = None,
+    backend_name: str | None = None,
+    index: Index | None = None,
+) -> Submitted:
+    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
+    index = index or Index()
+    backend = select_backend(backend_name)
+    # Validate before creating anything: a bad spec leaves no half-made run behind.
+    request = prepare(job_path, site, overrides, backend.name)
+    run_id, run_dir = index.new_run_dir(request.resolved.job.name)
+    script = render(request.resolved, run_dir, template=request.template)
+    (run_dir / "spec.json").write_bytes(spec.dumps(request.resolved))
+    script_path = run_dir / "job.sbatch"
+    script_path.write_text(script)
+    submitted_with = {
+        "job": str(Path(job_path).resolve()),
+        "site": site,
+        "overrides": overrides or [],
+        "backend": backend.name,
+        "cwd": str(Path.cwd()),
+    }
+    (run_dir / "submit.json").write_text(json.dumps(submitted_with, indent=2) + "\n")
+    now = time.time()
+    run = Run(
+        run_id,
+        None,
+        request.resolved.job.name,
+        request.resolved.site.name,
+        backend.name,
+        run_dir,
+        now,
+        JobState.PENDING.value,
+        now,
+    )
+    try:
+        run.job_id = backend.submit(script_path, run_dir)
+    except BackendError as err:
+        run.state, run.reason = SUBMIT_FAILED, str(err)
+        index.add(run)
+        return Submitted(run, str(err))
+    index.add(run)
+    return Submitted(run)
