@@ -80,6 +80,26 @@ def tail_lines(path: Path, count: int, block: int = 8192) -> list[str]:
     return data.decode("utf-8", "replace").splitlines()[-count:]
 
 
+def head_lines(path: Path, count: int) -> list[str]:
+    try:
+        with open(path, encoding="utf-8", errors="replace") as handle:
+            return [line for _, line in zip(range(count), handle, strict=False)]
+    except OSError:
+        return []
+
+
+def _records(lines: list[str]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
+
+
 def progress(run_dir: Path) -> dict[str, Any]:
     """Latest training numbers from the run directory: metrics.jsonl, result.json, failures/."""
     out: dict[str, Any] = {}
@@ -89,13 +109,17 @@ def progress(run_dir: Path) -> dict[str, Any]:
             out["result"] = json.loads(result.read_text())
         except ValueError:
             pass
-    for line in reversed(tail_lines(run_dir / "metrics.jsonl", 40)):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
+    metrics = run_dir / "metrics.jsonl"
+    # Memory lines come once per rank after the first step, so they are read from the head.
+    for record in reversed(_records(head_lines(metrics, 64) + tail_lines(metrics, 40))):
         kind = record.get("kind")
-        if kind and kind not in out:
+        if kind == "memory":
+            ranks = out.setdefault("memory", {"ranks": {}})["ranks"]
+            ranks.setdefault(
+                str(record.get("rank", 0)),
+                {**record.get("rank_bytes", {}), "peak_mem_mb": record.get("peak_mem_mb")},
+            )
+        elif kind and kind not in out:
             out[kind] = record
     failures = sorted((run_dir / "failures").glob("*.json")) if (run_dir / "failures").is_dir() else []
     if failures:

@@ -21,11 +21,15 @@ def hpctrain_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return home
 
 
-def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 120,
-            cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path | None = None
+) -> subprocess.CompletedProcess[str]:
     """Run the real `hpctrain` console entry point in a fresh process."""
     return subprocess.run(
         [sys.executable, "-m", "hpctrain.cli.main", *args],
-        capture_output=True, text=True, timeout=timeout, cwd=cwd or REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        cwd=cwd or REPO,
         env={**os.environ, **(env or {})},
     )

@@ -151,7 +151,7 @@ def summary_row(status: Any) -> list[str]:
     progress_text = (
         f"{step}/{steps}" if step is not None and steps else (str(step) if step is not None else "-")
     )
-    loss = result.get("train_loss", train.get("loss"))
+    loss = result.get("final_loss", train.get("loss"))
     speed = train.get("tokens_per_s") or train.get("samples_per_s")
     unit = "tok/s" if train.get("tokens_per_s") else "samples/s"
     evaluation = prog.get("eval") or {}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# setup.sh - install hpctrain and what its tests need on a fresh Debian machine (root), idempotently.
+#
+#   scripts/setup.sh        Debian packages (shellcheck; Slurm comes with local-cluster.sh up),
+#                           then `pip install -e .[test]` with the CPU build of torch pinned.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3}"
+# A plain `torch` requirement would pull a multi-GB CUDA build; the CPU build is pinned here.
+TORCH_PIN="${HPCTRAIN_TORCH:-torch==2.13.0}"
+
+if ! command -v shellcheck >/dev/null 2>&1; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq shellcheck >/dev/null
+fi
+
+if ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout" >/dev/null 2>&1; then
+    "$PYTHON" -m pip install -q --disable-pip-version-check "$TORCH_PIN"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]" "$TORCH_PIN"
+fi
+"$PYTHON" -c "import hpctrain, torch; print(f'hpctrain {hpctrain.__version__}, torch {torch.__version__}')"
