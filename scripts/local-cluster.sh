@@ -94,6 +94,25 @@ pid_of() {
 
 is_running() { pid_of "$@" >/dev/null; }
 
+# wait_daemon SECONDS PIDFILE COMM CMD...: wait until CMD succeeds; fail early
+# (return 2) when the daemon's process is gone for more than a few seconds.
+wait_daemon() {
+    local limit=$1 pidfile=$2 comm=$3 deadline gone_since=-1
+    shift 3
+    deadline=$((SECONDS + limit))
+    until "$@" >/dev/null 2>&1; do
+        if is_running "$pidfile" "$comm"; then
+            gone_since=-1
+        elif ((gone_since < 0)); then
+            gone_since=$SECONDS
+        elif ((SECONDS - gone_since >= 3)); then
+            return 2
+        fi
+        ((SECONDS < deadline)) || return 1
+        sleep 0.5
+    done
+}
+
 # descendants PID: print PID and all its descendants.
 descendants() {
     local queue=("$1") pid child
@@ -224,14 +243,19 @@ ensure_dirs() {
 }
 
 render_slurm_conf() {
-    local mode=$1 host acct gather
+    local mode=$1 host acct
     host="$(hostname -s)"
     if [[ "$mode" == on ]]; then
-        acct="accounting_storage/slurmdbd"
-        gather="jobacct_gather/linux"
+        # gres/gpu as an accounting TRES is only valid with slurmdbd (slurmctld
+        # refuses to start otherwise).
+        acct="AccountingStorageType=accounting_storage/slurmdbd
+AccountingStorageHost=localhost
+AccountingStorageTRES=gres/gpu
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=30"
     else
-        acct="accounting_storage/none"
-        gather="jobacct_gather/none"
+        acct="AccountingStorageType=accounting_storage/none
+JobAcctGatherType=jobacct_gather/none"
     fi
     cat <<EOF
 # Written by scripts/local-cluster.sh (hpctrain). Local test cluster; edits are overwritten.
@@ -266,12 +290,9 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
 DefMemPerCPU=500
 GresTypes=gpu
-AccountingStorageType=${acct}
-AccountingStorageHost=localhost
-AccountingStorageTRES=gres/gpu
-JobAcctGatherType=${gather}
-JobAcctGatherFrequency=30
+${acct}
 JobCompType=jobcomp/none
+MailProg=/bin/true
 NodeName=${NODE_RANGE} NodeHostname=${host} NodeAddr=127.0.0.1 Port=${NODE_PORTS} CPUs=8 RealMemory=8000 Gres=gpu:${GPUS_PER_NODE} State=UNKNOWN
 PartitionName=debug Nodes=${NODE_RANGE} Default=YES MaxTime=02:00:00 State=UP
 PartitionName=cpu Nodes=${NODE_RANGE} MaxTime=04:00:00 State=UP
@@ -412,7 +433,10 @@ start_slurmdbd() {
     if ! is_running "${RUN_DIR}/slurmdbd.pid" slurmdbd; then
         slurmdbd >>"${LOG_DIR}/slurmdbd.log" 2>&1 9>&- || die "slurmdbd failed to start" "${LOG_DIR}/slurmdbd.log"
     fi
-    wait_until "$TIMEOUT" dbd_ok || die "slurmdbd did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmdbd.log"
+    local rc=0
+    wait_daemon "$TIMEOUT" "${RUN_DIR}/slurmdbd.pid" slurmdbd dbd_ok || rc=$?
+    ((rc != 2)) || die "slurmdbd exited during startup" "${LOG_DIR}/slurmdbd.log"
+    ((rc == 0)) || die "slurmdbd did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmdbd.log"
     if ! sacctmgr -n -P show cluster format=cluster 2>/dev/null | grep -qx "$CLUSTER_NAME"; then
         sacctmgr -i add cluster "$CLUSTER_NAME" >/dev/null ||
             die "sacctmgr add cluster ${CLUSTER_NAME} failed" "${LOG_DIR}/slurmdbd.log"
@@ -425,7 +449,10 @@ start_slurmctld() {
     if ! is_running "${RUN_DIR}/slurmctld.pid" slurmctld; then
         slurmctld >>"${LOG_DIR}/slurmctld.log" 2>&1 9>&- || die "slurmctld failed to start" "${LOG_DIR}/slurmctld.log"
     fi
-    wait_until "$TIMEOUT" ctld_ok || die "slurmctld did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmctld.log"
+    local rc=0
+    wait_daemon "$TIMEOUT" "${RUN_DIR}/slurmctld.pid" slurmctld ctld_ok || rc=$?
+    ((rc != 2)) || die "slurmctld exited during startup" "${LOG_DIR}/slurmctld.log"
+    ((rc == 0)) || die "slurmctld did not answer within ${TIMEOUT}s" "${LOG_DIR}/slurmctld.log"
 }
 
 start_slurmds() {
@@ -464,6 +491,17 @@ nodes_usable() {
     while read -r n state; do
         [[ -n "$n" ]] || continue
         node_usable "$state" || return 1
+        count=$((count + 1))
+    done < <(node_states)
+    ((count == ${#NODES[@]}))
+}
+
+# nodes_registered: every node has answered slurmctld (not UNKNOWN, not NOT_RESPONDING).
+nodes_registered() {
+    local n state count=0
+    while read -r n state; do
+        [[ -n "$n" ]] || continue
+        [[ "$state" == UNKNOWN* || "$state" == *NOT_RESPONDING* ]] && return 1
         count=$((count + 1))
     done < <(node_states)
     ((count == ${#NODES[@]}))
@@ -564,7 +602,7 @@ bring_up() {
     kill_stuck_steps 0
     start_slurmds
     # Give freshly started slurmds a moment to register before judging nodes.
-    wait_until 15 nodes_usable || true
+    wait_until 15 nodes_registered || true
     resume_bad_nodes 0
     wait_usable
 }
