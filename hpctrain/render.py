@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import shlex
 import sys
 from functools import cache
 from pathlib import Path
@@ -37,8 +36,13 @@ def environment(folder: str) -> Any:
         lstrip_blocks=True,
         autoescape=False,
     )
-    env.filters["q"] = lambda value: shlex.quote(str(value))
+    env.filters["q"] = shell_quote
     return env
+
+
+def shell_quote(value: object) -> str:
+    """Always single-quote: shlex leaves words like `=mlx5_0:1` bare, which bash then misreads."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
 
 
 def slurm_directive_path(path: Path) -> str:

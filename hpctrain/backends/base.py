@@ -94,6 +94,30 @@ class JobInfo:
     extra: dict[str, str] = field(default_factory=dict)
 
 
+def merge_component(found: dict[str, JobInfo], info: JobInfo) -> None:
+    """Hetjob components and array elements share a base id: keep the most telling state."""
+    current = found.get(info.job_id)
+    if current is None or _severity(info.state) > _severity(current.state):
+        found[info.job_id] = info
+
+
+def _severity(state: JobState) -> int:
+    order = [
+        JobState.UNKNOWN,
+        JobState.COMPLETED,
+        JobState.PENDING,
+        JobState.REQUEUED,
+        JobState.RUNNING,
+        JobState.PREEMPTED,
+        JobState.CANCELLED,
+        JobState.TIMEOUT,
+        JobState.OUT_OF_MEMORY,
+        JobState.NODE_FAIL,
+        JobState.FAILED,
+    ]
+    return order.index(state)
+
+
 class BackendError(RuntimeError):
     """The scheduler could not be asked or refused; the message is one line naming the cause."""
 

@@ -105,7 +105,11 @@ class LocalBackend(Backend):
             state = self._state(job_id)
             if state is None:
                 raise BackendError(f"no local job {job_id}")
-            Path(str(state["run_dir"]), "local-cancelled").touch()
+            run_dir = Path(str(state["run_dir"]))
+            # Like scancel on a finished job: an ended run keeps the state it ended in.
+            if (run_dir / "local-exit-code").exists() or not _alive(int(state["pid"])):  # type: ignore[call-overload]
+                continue
+            (run_dir / "local-cancelled").touch()
             try:
                 os.killpg(int(state["pid"]), signal.SIGTERM)  # type: ignore[call-overload]
             except ProcessLookupError:

@@ -9,7 +9,7 @@ import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, slurm_state
+from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds is reported as unreachable.
@@ -114,30 +114,6 @@ class SlurmCliBackend(Backend):
             self._check(self._run(["scancel", *ids], "scancel"), "scancel")
 
 
-def _merge(found: dict[str, JobInfo], info: JobInfo) -> None:
-    """Hetjob components and array elements share a base id: keep the most telling state."""
-    current = found.get(info.job_id)
-    if current is None or _rank(info.state) > _rank(current.state):
-        found[info.job_id] = info
-
-
-def _rank(state: JobState) -> int:
-    order = [
-        JobState.UNKNOWN,
-        JobState.COMPLETED,
-        JobState.PENDING,
-        JobState.REQUEUED,
-        JobState.RUNNING,
-        JobState.PREEMPTED,
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.OUT_OF_MEMORY,
-        JobState.NODE_FAIL,
-        JobState.FAILED,
-    ]
-    return order.index(state)
-
-
 def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
     found: dict[str, JobInfo] = {}
     for line in text.splitlines():
@@ -148,7 +124,7 @@ def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
         job_id = base_job_id(raw_id)
         if job_id not in wanted:
             continue
-        _merge(
+        merge_component(
             found,
             JobInfo(
                 job_id,
@@ -173,7 +149,7 @@ def parse_sacct(text: str, wanted: set[str]) -> dict[str, JobInfo]:
         job_id = base_job_id(raw_id)
         if job_id not in wanted:
             continue
-        _merge(
+        merge_component(
             found,
             JobInfo(
                 job_id,

@@ -33,15 +33,20 @@ def shellcheck(script: str, tmp_path: Path) -> None:
         pytest.fail("shellcheck is not installed (apt-get install shellcheck; scripts/test.sh does it)")
     path = tmp_path / "job.sbatch"
     path.write_text(script)
-    proc = subprocess.run([SHELLCHECK, "--shell=bash", "--severity=style", str(path)],
-                          capture_output=True, text=True, check=False)
+    proc = subprocess.run(
+        [SHELLCHECK, "--shell=bash", "--severity=style", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stdout
 
 
 @pytest.mark.parametrize(("job", "site"), resolved_pairs(), ids=lambda p: p.stem)
 @pytest.mark.parametrize("template", ["sbatch.sh.j2", "local.sh.j2"])
-def test_every_shipped_job_renders_shellcheck_clean(job: Path, site: Path, template: str,
-                                                    tmp_path: Path) -> None:
+def test_every_shipped_job_renders_shellcheck_clean(
+    job: Path, site: Path, template: str, tmp_path: Path
+) -> None:
     resolved = spec.resolve(spec.load_job(job), spec.load_site(site))
     script = render(resolved, tmp_path / "run", template=template)
     assert script.startswith("#!/bin/bash\n")
@@ -61,22 +66,40 @@ def test_hostile_values_are_quoted(tmp_path: Path) -> None:
     shellcheck(script, tmp_path)
     # Run just the export line in bash: the value must arrive byte for byte, nothing executed.
     line = next(x for x in script.splitlines() if x.startswith("export EVIL="))
-    out = subprocess.run(["bash", "-c", f'{line}; printf %s "$EVIL"'], capture_output=True, text=True,
-                         check=True, cwd=tmp_path)
+    out = subprocess.run(
+        ["bash", "-c", f'{line}; printf %s "$EVIL"'], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
     assert out.stdout == hostile
     assert not Path("/tmp/pwned").exists()
 
 
 def test_directives_follow_the_spec(tmp_path: Path) -> None:
-    job = spec.load_job(JOBS / "digits-ddp.yaml", ["resources.account=proj1", "resources.qos=high",
-                                                    "resources.exclusive=true", "array=0-3%2",
-                                                    "dependency=afterok:12"])
+    job = spec.load_job(
+        JOBS / "digits-ddp.yaml",
+        [
+            "resources.account=proj1",
+            "resources.qos=high",
+            "resources.exclusive=true",
+            "array=0-3%2",
+            "dependency=afterok:12",
+        ],
+    )
     script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
-    for line in ["#SBATCH --nodes=2", "#SBATCH --ntasks-per-node=2", "#SBATCH --gres=gpu:2",
-                 "#SBATCH --account=proj1", "#SBATCH --qos=high", "#SBATCH --exclusive",
-                 "#SBATCH --array=0-3%2", "#SBATCH --dependency=afterok:12", "#SBATCH --requeue",
-                 "#SBATCH --signal=B:USR1@60", "#SBATCH --time=00:15:00", "#SBATCH --mem=2048M",
-                 "srun --kill-on-bad-exit=1"]:
+    for line in [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --account=proj1",
+        "#SBATCH --qos=high",
+        "#SBATCH --exclusive",
+        "#SBATCH --array=0-3%2",
+        "#SBATCH --dependency=afterok:12",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@60",
+        "#SBATCH --time=00:15:00",
+        "#SBATCH --mem=2048M",
+        "srun --kill-on-bad-exit=1",
+    ]:
         assert line in script, line
     assert f"#SBATCH --output={tmp_path}/run/logs/batch-%a.log" in script
 
