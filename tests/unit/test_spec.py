@@ -52,8 +52,10 @@ def test_yaml_time_stays_a_string(tmp_path: Path) -> None:
 
 
 def test_overrides_parse_scalars_and_nested_keys(tmp_path: Path) -> None:
-    job = spec.load_job(write(tmp_path, MINIMAL), ["train.steps=500", "resources.nodes=1",
-                                                   "train.parallel.tp=2", "env.FOO=bar baz"])
+    job = spec.load_job(
+        write(tmp_path, MINIMAL),
+        ["train.steps=500", "resources.nodes=1", "train.parallel.tp=2", "env.FOO=bar baz"],
+    )
     assert job.train.steps == 500
     assert job.resources.nodes == 1
     assert job.train.parallel_dims.tp == 2
@@ -91,10 +93,15 @@ def test_bad_specs_name_the_field(tmp_path: Path, overrides: list[str], message:
         (["resources.partition=gpu"], "resources.partition: 'gpu' is not a partition of site local"),
         (["resources.mem=64G"], "resources.mem: 64G per node asked"),
         (["resources.cpus_per_task=5"], "2 tasks x 5 CPUs = 10 per node"),
-        (["train.parallel.tp=3"], "train.parallel: fsdp=1 x tp=3 x pp=1 = 3 does not divide the world size 4"),
+        (
+            ["train.parallel.tp=3"],
+            "train.parallel: fsdp=1 x tp=3 x pp=1 = 3 does not divide the world size 4",
+        ),
         (["train.parallel.tp=4", "train.parallel.dp=1"], "train.parallel.tp: tp=4 must fit inside one node"),
-        (["train.parallel.dp=2", "train.parallel.fsdp=1", "train.parallel.tp=1", "train.parallel.pp=1"],
-         "dp*fsdp*tp*pp = 2*1*1*1 = 2 but the job has 4 tasks"),
+        (
+            ["train.parallel.dp=2", "train.parallel.fsdp=1", "train.parallel.tp=1", "train.parallel.pp=1"],
+            "dp*fsdp*tp*pp = 2*1*1*1 = 2 but the job has 4 tasks",
+        ),
         (["train.batch_size=6"], "train.batch_size: 6 is not divisible by dp*fsdp*grad_accum = 4"),
     ],
 )
@@ -111,8 +118,9 @@ def test_parallel_shorthands_resolve_to_world_size(tmp_path: Path) -> None:
         job = spec.load_job(write(tmp_path, MINIMAL), [f"train.parallel={shorthand}"])
         resolved = spec.resolve(job, site)
         assert getattr(resolved.parallel, field) == 4
-    job = spec.load_job(write(tmp_path, MINIMAL), ["train.parallel.fsdp=2", "train.parallel.tp=2",
-                                                   "train.parallel.dp=1"])
+    job = spec.load_job(
+        write(tmp_path, MINIMAL), ["train.parallel.fsdp=2", "train.parallel.tp=2", "train.parallel.dp=1"]
+    )
     resolved = spec.resolve(job, site)
     assert (resolved.parallel.dp, resolved.parallel.fsdp, resolved.parallel.tp) == (1, 2, 2)
 
