@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+SCHEMA_VERSION = 1
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
     run_id TEXT PRIMARY KEY,
@@ -78,9 +79,10 @@ class Index:
             db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
             db.row_factory = sqlite3.Row
             db.execute("PRAGMA busy_timeout = 30000")
-            if db.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            # The schema is created once; later opens only read the version (start-up time matters).
+            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
                 db.execute("PRAGMA journal_mode = WAL")
-            db.executescript(SCHEMA)
+                db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
             self._db = db
         return self._db
 

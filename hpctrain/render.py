@@ -10,18 +10,27 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain import __version__
+from hpctrain.errors import RenderError
 from hpctrain.spec import Resolved, memory_mb, time_minutes
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=:\-]+$")
 
 
-class RenderError(ValueError):
-    """The job cannot be rendered (an unsafe path, a missing template)."""
-
-
 def template_dir() -> Path:
     return Path(os.environ.get("HPCTRAIN_TEMPLATES", TEMPLATES))
+
+
+def _bytecode_cache() -> Any:
+    """Compiled templates cached on disk: compiling them again is most of a render's cost."""
+    import jinja2
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpctrain" / "jinja"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder))
 
 
 @cache
@@ -30,6 +39,7 @@ def environment(folder: str) -> Any:
 
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(folder),
+        bytecode_cache=_bytecode_cache(),
         undefined=jinja2.StrictUndefined,
         keep_trailing_newline=True,
         trim_blocks=True,

@@ -16,10 +16,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-
-class SpecError(ValueError):
-    """A job spec or site profile that cannot be used; the message is one line naming field and file."""
-
+from hpctrain.errors import SpecError
 
 # Values that land in `#SBATCH` lines or in Slurm command arguments. Slurm parses directives itself,
 # so shell quoting cannot protect them: they are restricted to characters with no meaning to sbatch.

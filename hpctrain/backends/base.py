@@ -8,6 +8,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpctrain.errors import BackendError
+
 
 class JobState(str, enum.Enum):
     PENDING = "PENDING"
@@ -116,10 +118,6 @@ def _severity(state: JobState) -> int:
         JobState.FAILED,
     ]
     return order.index(state)
-
-
-class BackendError(RuntimeError):
-    """The scheduler could not be asked or refused; the message is one line naming the cause."""
 
 
 class Backend(ABC):

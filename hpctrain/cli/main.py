@@ -21,7 +21,8 @@ EXIT_INPUT = 2
 EXIT_FAILURE = 1
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The parser; with `only`, just that verb's subparser is built (the others cost start-up time)."""
     parser = argparse.ArgumentParser(
         prog="hpctrain",
         description="Distributed PyTorch training on Slurm: render, submit, track, cancel.",
@@ -31,6 +32,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb, help_text in VERBS.items():
+        if only is not None and verb != only:
+            sub.add_parser(verb, help=help_text)
+            continue
         module = importlib.import_module(f"hpctrain.cli.{verb}_cmd")
         child = sub.add_parser(verb, help=help_text, description=help_text)
         module.add_arguments(child)
@@ -39,23 +43,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    verb = argv[0] if argv and argv[0] in VERBS else None
+    parser = build_parser(verb)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
         parser.print_help()
         return EXIT_INPUT
-    from hpctrain.backends.base import BackendError
-    from hpctrain.render import RenderError
-    from hpctrain.spec import SpecError
+    from hpctrain.errors import HpctrainError
 
     try:
         return int(args.run(args) or 0)
-    except (SpecError, RenderError) as err:
+    except HpctrainError as err:
         print(f"hpctrain: error: {err}", file=sys.stderr)
-        return EXIT_INPUT
-    except BackendError as err:
-        print(f"hpctrain: error: {err}", file=sys.stderr)
-        return EXIT_FAILURE
+        return err.exit_code
     except KeyboardInterrupt:
         print("hpctrain: interrupted", file=sys.stderr)
         return 130

@@ -118,7 +118,7 @@ def test_parameter_server_job_is_heterogeneous(tmp_path: Path) -> None:
     script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
     head, _, tail = script.partition("#SBATCH hetjob")
     assert "#SBATCH --partition=cpu" in head and "#SBATCH --ntasks=1" in head
-    assert "#SBATCH --partition=debug" in tail and "#SBATCH --nodes=2" in tail
+    assert "#SBATCH --partition=debug" in tail and "#SBATCH --ntasks-per-node=4" in tail
     assert "srun --het-group=0,1 --kill-on-bad-exit=0" in script
 
 
