@@ -62,7 +62,9 @@ def config_from_options(options: dict[str, Any]) -> GPTConfig:
     known = {f.name for f in fields(GPTConfig)}
     unknown = sorted(set(options) - known)
     if unknown:
-        raise ValueError(f"gpt: unknown options {', '.join(unknown)} (known: size, {', '.join(sorted(known))})")
+        raise ValueError(
+            f"gpt: unknown options {', '.join(unknown)} (known: size, {', '.join(sorted(known))})"
+        )
     return replace(PRESETS[size], **options)
 
 
@@ -89,7 +91,9 @@ class CausalSelfAttention(nn.Module):
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(batch, time, -1, self.head_dim).transpose(1, 2)
 
-        out = F.scaled_dot_product_attention(heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), is_causal=True)
+        out = F.scaled_dot_product_attention(
+            heads(self.q(x)), heads(self.k(x)), heads(self.v(x)), is_causal=True
+        )
         return self.proj(out.transpose(1, 2).reshape(batch, time, -1))
 
 
@@ -250,7 +254,9 @@ def pipeline_split(model: nn.Module, stage: int, stages: int) -> nn.Module:
     first, last = stage == 0, stage == stages - 1
     part.tok_emb = model.tok_emb if first else None
     part.pos_emb = model.pos_emb if first else None
-    part.blocks = nn.ModuleDict({str(i): model.blocks[str(i)] for i in stage_blocks(len(model.blocks), stage, stages)})
+    part.blocks = nn.ModuleDict(
+        {str(i): model.blocks[str(i)] for i in stage_blocks(len(model.blocks), stage, stages)}
+    )
     part.norm = model.norm if last else None
     part.head = model.head if last else None
     return part

@@ -18,7 +18,6 @@ On a GPU the sharded parameters are gathered in bf16 and gradients reduced in fp
 from __future__ import annotations
 
 import contextlib
-import resource
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -125,11 +124,16 @@ def clip_scaled(params: Sequence[nn.Parameter], total_norm: torch.Tensor, max_no
                 param.grad.mul_(coef)
 
 
-def peak_bytes(device: torch.device) -> int:
-    """Peak memory of this process: allocated CUDA memory on GPU, else the peak resident set size."""
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024  # Linux reports KiB
+def align_grad_placements(params: Sequence[nn.Parameter]) -> None:
+    """Give each DTensor gradient its parameter's placements.
+
+    A vocab-sharded embedding's gradient comes back replicated (full size) from TP's backward;
+    resharding it (a local slice) keeps gradient memory and the optimizer's work per shard.
+    """
+    for param in params:
+        grad = param.grad
+        if isinstance(grad, DTensor) and isinstance(param, DTensor) and grad.placements != param.placements:
+            param.grad = grad.redistribute(param.device_mesh, param.placements)
 
 
 def local_output(out: torch.Tensor) -> torch.Tensor:
@@ -167,9 +171,8 @@ class ShardedStrategy(Strategy):
             apply_fsdp(model, units, data_mesh, dims.reshard_after_forward, fsdp_param_dtype(self))
         maybe_compile(model, self.train.compile)
         self.model = model
-        self.name = "x".join(
-            name for name in ("dp", "fsdp", "tp") if getattr(dims, name) > 1
-        ).replace("dpxfsdp", "hsdp") or "single"
+        used = [name for name in ("dp", "fsdp", "tp") if getattr(dims, name) > 1]
+        self.name = "x".join(used).replace("dpxfsdp", "hsdp") or "single"
 
     def _step_context(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         stack = contextlib.ExitStack()
@@ -184,6 +187,8 @@ class ShardedStrategy(Strategy):
 
     def train_step(self, microbatches: Sequence[Batch], loss_fn: LossFn) -> torch.Tensor:
         loss = accumulate(self.model, microbatches, loss_fn, self.autocast, self._step_context)
+        if self.tensor_parallel:
+            align_grad_placements(list(self.model.parameters()))
         return plain_loss(loss)
 
     def eval_forward(self, inputs: torch.Tensor) -> torch.Tensor | None:
@@ -195,9 +200,6 @@ class ShardedStrategy(Strategy):
         total = grad_norm_squared(params).sqrt()
         clip_scaled(params, total, max_norm)
         return total
-
-    def memory_report(self, optimizer: torch.optim.Optimizer | None = None) -> dict[str, int]:
-        return {**super().memory_report(optimizer), "peak": peak_bytes(self.device)}
 
     def describe(self) -> str:
         dims = self.resolved.parallel
