@@ -201,3 +201,13 @@ def test_status_without_accounting(hpctrain_home: Path) -> None:
     finally:
         subprocess.run([str(toggle), "accounting", "on"], check=True, capture_output=True, timeout=300)
     assert status(done["job_id"])["state"] == "COMPLETED"
+
+
+def test_logs_follow_and_status_watch_end_with_the_job(hpctrain_home: Path) -> None:
+    done = submit(JOBS / "digits-ddp.yaml", *QUICK)
+    follow = run_cli("logs", done["job_id"], "-f", timeout=300)
+    assert follow.returncode == 0, follow.stderr
+    assert "step ended with exit code 0" in follow.stdout
+    watch = run_cli("status", done["job_id"], "--watch", "--interval", "1", timeout=120)
+    assert watch.returncode == 0
+    assert "COMPLETED" in watch.stdout
