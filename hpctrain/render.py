@@ -94,6 +94,11 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
     environment_vars.update(job.env)
     ps = resolved.parallel.ps
     heterogeneous = ps is not None and ps.heterogeneous
+    mem_mb = memory_mb(res.mem) if res.mem else None
+    ps_mem_mb = memory_mb(ps.mem) if ps and ps.mem else None
+    if heterogeneous:
+        # srun refuses a step whose components mix --mem with the per-CPU default.
+        mem_mb, ps_mem_mb = mem_mb or ps_mem_mb, ps_mem_mb or mem_mb
     return {
         "version": __version__,
         "job": job,
@@ -103,7 +108,7 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "world_size": resolved.world_size,
         "tasks_per_node": tasks_per_node,
         "gres": gres,
-        "mem_mb": memory_mb(res.mem) if res.mem else None,
+        "mem_mb": mem_mb,
         "time_minutes": time_minutes(res.time),
         "run_dir": slurm_directive_path(run_dir),
         "python": python or site.python or sys.executable,
@@ -115,7 +120,7 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "ps": ps,
         "heterogeneous": heterogeneous,
         "ps_partition": (ps.partition or resolved.partition) if ps else None,
-        "ps_mem_mb": memory_mb(ps.mem) if ps and ps.mem else None,
+        "ps_mem_mb": ps_mem_mb,
         "array": job.array,
         "dependency": job.dependency,
     }
