@@ -121,6 +121,13 @@ def progress(run_dir: Path) -> dict[str, Any]:
             )
         elif kind and kind not in out:
             out[kind] = record
+    workers = run_dir / "metrics"
+    if workers.is_dir():
+        # Parameter-server workers each keep their own metrics file.
+        for path in sorted(workers.glob("worker-*.jsonl")):
+            latest = _records(tail_lines(path, 1))
+            if latest:
+                out.setdefault("workers", {})[path.stem.removeprefix("worker-")] = latest[-1]
     failures = sorted((run_dir / "failures").glob("*.json")) if (run_dir / "failures").is_dir() else []
     if failures:
         out["failures"] = []

@@ -146,7 +146,7 @@ def summary_row(status: Any) -> list[str]:
     run, info, prog = status.run, status.info, status.progress
     train = prog.get("train") or {}
     result = prog.get("result") or {}
-    step = result.get("step", train.get("step"))
+    step = result.get("step", result.get("final_step", train.get("step")))
     steps = train.get("steps") or result.get("steps")
     progress_text = (
         f"{step}/{steps}" if step is not None and steps else (str(step) if step is not None else "-")
@@ -155,7 +155,9 @@ def summary_row(status: Any) -> list[str]:
     speed = train.get("tokens_per_s") or train.get("samples_per_s")
     unit = "tok/s" if train.get("tokens_per_s") else "samples/s"
     evaluation = prog.get("eval") or {}
-    accuracy = result.get("eval_accuracy", evaluation.get("accuracy"))
+    accuracy = result.get(
+        "eval_accuracy", (result.get("eval") or {}).get("accuracy", evaluation.get("accuracy"))
+    )
     where = (info.nodes if info and info.nodes else "") or run.reason
     return [
         str(run.job_id or "-"),
@@ -163,7 +165,7 @@ def summary_row(status: Any) -> list[str]:
         run.state,
         progress_text,
         _fmt(loss),
-        f"{_fmt(speed, '.4g')} {unit}" if speed else "-",
+        f"{speed:.0f} {unit}" if speed else "-",
         _fmt(accuracy, ".3f") if accuracy is not None else "-",
         where[:40],
         ago(run.submitted_at),
@@ -180,9 +182,33 @@ def show(statuses: list[Any], detail: bool = False) -> None:
         _show_problems(status, detail)
 
 
+def _show_parameter_server(status: Any) -> None:
+    """Staleness and per-worker throughput: what tells sync, bounded and async apart."""
+    prog = status.progress
+    train, result = prog.get("train") or {}, prog.get("result") or {}
+    mode = result.get("mode") or train.get("mode")
+    if not mode:
+        return
+    mean = result.get("staleness_mean", train.get("staleness_mean"))
+    worst = result.get("staleness_max", train.get("staleness_max"))
+    alive = train.get("workers_alive")
+    line = f"  job {status.run.job_id}: parameter server ({mode}), staleness mean {_fmt(mean, '.2f')}"
+    line += f" max {worst}"
+    if alive is not None:
+        line += f", {alive} workers alive"
+    print(line)
+    per_worker = result.get("per_worker") or prog.get("workers") or {}
+    for worker, info in sorted(per_worker.items(), key=lambda kv: int(kv[0])):
+        state = info.get("status", "running")
+        why = f" ({info['reason']})" if info.get("reason") else ""
+        loss = f", loss {_fmt(info['loss'])}" if "loss" in info else ""
+        print(f"    worker {worker}: {state}{why}, {_fmt(info.get('samples_per_s'), '.0f')} samples/s{loss}")
+
+
 def _show_problems(status: Any, detail: bool) -> None:
     from hpctrain.watch import failed_tasks, tail_lines
 
+    _show_parameter_server(status)
     run = status.run
     if run.state == "SUBMIT_FAILED":
         print(f"  {run.run_id}: not submitted: {run.reason} (script kept in {run.run_dir})")

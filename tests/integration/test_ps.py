@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import JOBS
+from tests.conftest import JOBS, run_cli
 from tests.integration.cluster import require_cluster, run_dir, submit, wait_state
 
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(600)]
@@ -70,3 +70,6 @@ def test_async_hetjob_survives_a_dead_worker(hpctrain_home: Path) -> None:
     events = [json.loads(x) for x in (run_dir(entry) / "metrics.jsonl").read_text().splitlines()]
     assert any(e.get("event") == "worker_dropped" and e["worker"] == 1 for e in events)
     assert result["eval"]["accuracy"] > 0.85
+    table = run_cli("status", entry["job_id"]).stdout
+    assert "parameter server (async), staleness mean" in table
+    assert "worker 1: dropped" in table
