@@ -78,8 +78,13 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     bootstrap.init_process_group(info, backend_for(resolved), resolved.job.train.timeout_s)
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",
-        info.rank, info.world_size, info.local_rank, info.node_rank, info.launcher,
-        info.master_addr, info.master_port,
+        info.rank,
+        info.world_size,
+        info.local_rank,
+        info.node_rank,
+        info.launcher,
+        info.master_addr,
+        info.master_port,
     )
     trainer = Trainer(resolved, info, run_dir, signalled)
     log.info("strategy: %s", trainer.strategy.describe())

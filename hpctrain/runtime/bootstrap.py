@@ -186,17 +186,17 @@ def init_process_group(dist_info: DistInfo, backend: str, timeout_s: int) -> Non
 
     # A dead peer must end the job (srun --kill-on-bad-exit) instead of hanging in NCCL forever.
     os.environ.setdefault("TORCH_NCCL_ASYNC_ERROR_HANDLING", "1")
-    timeout = timedelta(seconds=timeout_s)
+    options: dict[str, Any] = {"timeout": timedelta(seconds=timeout_s)}
+    if backend == "nccl":
+        import torch
+
+        # The same local-rank binding as the strategy's device; NCCL then never guesses.
+        options["device_id"] = torch.device("cuda", dist_info.local_rank % torch.cuda.device_count())
     if dist_info.world_size == 1:
-        store = dist.HashStore()
-        dist.init_process_group(backend, store=store, rank=0, world_size=1, timeout=timeout)
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1, **options)
         return
     os.environ["MASTER_ADDR"] = dist_info.master_addr
     os.environ["MASTER_PORT"] = str(dist_info.master_port)
     dist.init_process_group(
-        backend,
-        init_method="env://",
-        rank=dist_info.rank,
-        world_size=dist_info.world_size,
-        timeout=timeout,
+        backend, init_method="env://", rank=dist_info.rank, world_size=dist_info.world_size, **options
     )

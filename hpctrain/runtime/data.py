@@ -92,7 +92,9 @@ def to_device(batch: Batch, device: torch.device) -> Batch:
     return inputs.to(device, non_blocking=non_blocking), targets.to(device, non_blocking=non_blocking)
 
 
-def eval_batches(dataset: Dataset[Batch], batch_size: int, data_rank: int, data_world: int) -> Iterator[Batch]:
+def eval_batches(
+    dataset: Dataset[Batch], batch_size: int, data_rank: int, data_world: int
+) -> Iterator[Batch]:
     """This rank's strided share of the held-out set (every sample evaluated exactly once overall)."""
     size = len(dataset)  # type: ignore[arg-type]
     mine = torch.arange(data_rank, size, data_world)

@@ -196,9 +196,18 @@ class Trainer:
             line["tokens_per_s"] = round(tokens_per_s, 1)
             peak = peak_flops(self.strategy.device)
             if peak and self.task.flops_per_token:
-                line["mfu"] = round(tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4)
+                line["mfu"] = round(
+                    tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4
+                )
         self.metrics.write("train", **line)
-        log.info("step %d/%d loss %.4f lr %.3g %.1f samples/s", self.step, self.train.steps, loss, lr, samples_per_s)
+        log.info(
+            "step %d/%d loss %.4f lr %.3g %.1f samples/s",
+            self.step,
+            self.train.steps,
+            loss,
+            lr,
+            samples_per_s,
+        )
 
     def _memory_report(self) -> None:
         report = {
@@ -219,7 +228,9 @@ class Trainer:
         device = self.strategy.device
         sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * n, correct, n
         per_rank = self.train.batch_size // self.strategy.data_world
-        shard = data.eval_batches(self.task.eval_data, per_rank, self.strategy.data_rank, self.strategy.data_world)
+        shard = data.eval_batches(
+            self.task.eval_data, per_rank, self.strategy.data_rank, self.strategy.data_world
+        )
         for batch in shard:
             inputs, targets = data.to_device(batch, device)
             outputs = self.strategy.eval_forward(inputs)
@@ -260,18 +271,15 @@ class Trainer:
         self.strategy.train_mode(True)
         first_step = self.step
         losses: list[torch.Tensor] = []
-        sync: Callable[[], None] = torch.cuda.synchronize if self.strategy.device.type == "cuda" else lambda: None
-        interval_start = time.perf_counter()
-        train_time = 0.0
+        sync: Callable[[], None] = (
+            torch.cuda.synchronize if self.strategy.device.type == "cuda" else lambda: None
+        )
+        interval_start = last = time.perf_counter()
         while self.step < train.steps:
-            step_start = time.perf_counter()
             losses.append(self.strategy.train_step(self._batch(), self.task.loss))
             lr = self._optimizer_step()
             self.step += 1
             self.position = self.sampler.advance(self.position)
-            now = time.perf_counter()
-            self.step_times.append(now - step_start)
-            train_time += now - step_start
             if self.step % train.log_every == 0 or self.step == train.steps:
                 sync()
                 self._log_train(losses, lr, time.perf_counter() - interval_start)
@@ -281,13 +289,18 @@ class Trainer:
                 self.evaluate()
             if train.checkpoint_every and self.step % train.checkpoint_every == 0:
                 self.save()
-            if self.preemption.poll():
+            stop = self.preemption.poll()
+            # A step's time is the whole iteration: data, compute, logging, the preemption check.
+            now = time.perf_counter()
+            self.step_times.append(now - last)
+            last = now
+            if stop:
                 return self._preempted()
         self.preemption.drain()
         self.save()
         evaluation = self.evaluate()
         self._export()
-        self._finish(evaluation, train_time, self.step - first_step)
+        self._finish(evaluation, sum(self.step_times), self.step - first_step)
         return "completed"
 
     def _preempted(self) -> str:

@@ -34,9 +34,7 @@ def layout_module(resolved: Resolved) -> str:
     return "ddp" if resolved.world_size > 1 else "single"
 
 
-def build_strategy(
-    resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task
-) -> Strategy:
+def build_strategy(resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> Strategy:
     name = layout_module(resolved)
     if name == "single":
         return SingleStrategy(resolved, dist, mesh, task)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -17,6 +18,8 @@ if TYPE_CHECKING:
 
     from hpctrain.runtime.bootstrap import DistInfo
     from hpctrain.spec import Resolved
+
+log = logging.getLogger(__name__)
 
 # DDP's 25 MB default was tuned for fast GPU links; on gloo/TCP fewer, larger buckets amortise the
 # per-message latency, while on GPUs the default still overlaps backward and communication well.
@@ -39,8 +42,18 @@ class DDPStrategy(Strategy):
             bucket_cap_mb=BUCKET_CAP_MB_GPU if on_gpu else BUCKET_CAP_MB_CPU,
             # Grads become views into the buckets: one copy fewer per step, less memory.
             gradient_as_bucket_view=True,
+            # DDP re-buckets gradients by their ready order after the first step of every process,
+            # so the first step after a resume would sum in another order (with 3+ ranks, ring
+            # all-reduce results depend on an element's offset). Finding unused parameters keeps
+            # the initial buckets for good: a graph walk per step buys bitwise-repeatable resumes.
+            find_unused_parameters=self.train.deterministic,
         )
         self.model = self.ddp
+        if self.train.deterministic:
+            log.info(
+                "deterministic: DDP keeps its first gradient buckets; reducer.cpp's warning about "
+                "find_unused_parameters is expected"
+            )
 
     def _sync(self, is_last: bool) -> contextlib.AbstractContextManager[Any] | None:
         return None if is_last else self.ddp.no_sync()

@@ -1,0 +1,230 @@
+"""Test helper for the runtime: write a run dir, run its ranks locally or as a real sbatch job.
+
+A stand-in for the CLI (``hpctrain submit``) until the runtime tests switch to it. Also holds
+``slow_digits``, a test entrypoint (digits with a short sleep per forward) that leaves time to
+signal or kill a rank mid-run; the runtime imports it as ``_runtime_job:slow_digits`` with this
+folder on PYTHONPATH.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+QUEUE_TIMEOUT = 600  # seconds a test job may wait behind other jobs on the shared local cluster
+REPO = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).resolve().parent
+
+
+def slow_digits(train):  # type: ignore[no-untyped-def]
+    """digits, with ``train.options.delay_s`` seconds of sleep per training forward."""
+    import torch
+
+    from hpctrain.examples import digits
+
+    task = digits.build(train)
+    delay = float(train.options.get("delay_s", 0.01))
+    inner = task.loss
+
+    def loss(outputs: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        if outputs.requires_grad:
+            time.sleep(delay)
+        return inner(outputs, targets)
+
+    task.loss = loss
+    return task
+
+
+def write_run_dir(
+    run_dir: Path,
+    train: dict,
+    nodes: int = 1,
+    tasks_per_node: int = 1,
+    resources_gpus: int = 0,
+    **job: object,
+) -> Path:
+    """A run dir with spec.json for a job on the local site (CPU partition unless GPUs are asked)."""
+    from hpctrain import spec
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    data = {
+        "name": "runtime-test",
+        "resources": {
+            "nodes": nodes,
+            "tasks_per_node": tasks_per_node,
+            "partition": "debug" if resources_gpus else "cpu",
+            "gpus_per_node": resources_gpus,
+            "time": "00:10:00",
+            "mem": "2G",
+        },
+        "train": {"entrypoint": "hpctrain.examples.digits:build", **train},
+        **job,
+    }
+    job_file = run_dir / "job.yaml"
+    job_file.write_text(yaml.safe_dump(data))
+    resolved = spec.resolve(spec.load_job(job_file), spec.load_site(REPO / "site-configs" / "local.yaml"))
+    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
+    return run_dir
+
+
+def task_env(run_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_"))}
+    env.update(
+        HPCTRAIN_RUN_DIR=str(run_dir),
+        OMP_NUM_THREADS="1",
+        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
+    )
+    env.update(extra or {})
+    return env
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_local(run_dir: Path, world_size: int) -> list[subprocess.Popen[bytes]]:
+    """Start the ranks on this host the way torchrun would (env rendezvous, logs redirected)."""
+    port = str(free_port())
+    procs = []
+    for rank in range(world_size):
+        env = task_env(run_dir)
+        if world_size > 1:
+            env.update(
+                RANK=str(rank),
+                WORLD_SIZE=str(world_size),
+                LOCAL_RANK=str(rank),
+                MASTER_ADDR="127.0.0.1",
+                MASTER_PORT=port,
+                HPCTRAIN_REDIRECT_LOGS="1",
+            )
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "hpctrain.runtime"],
+                env=env,
+                stdout=subprocess.DEVNULL if world_size > 1 else None,
+                stderr=subprocess.DEVNULL if world_size > 1 else None,
+            )
+        )
+    return procs
+
+
+def run_local(run_dir: Path, world_size: int, timeout: float = 120) -> list[int]:
+    """Run all ranks to the end; their exit codes."""
+    procs = start_local(run_dir, world_size)
+    return [p.wait(timeout=timeout) for p in procs]
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def events(run_dir: Path) -> list[str]:
+    return [m["event"] for m in metrics(run_dir) if m["kind"] == "event"]
+
+
+def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return False
+
+
+def latest_step(run_dir: Path) -> int:
+    steps = [m["step"] for m in metrics(run_dir) if m["kind"] == "train"]
+    return max(steps, default=0)
+
+
+# ------------------------------------------------------------------------------------------------
+# A real Slurm job (2 nodes x 2 tasks by default)
+# ------------------------------------------------------------------------------------------------
+
+SBATCH = """#!/bin/bash
+#SBATCH --job-name=runtime-test
+#SBATCH --nodes={nodes}
+#SBATCH --ntasks-per-node={tasks}
+#SBATCH --partition=cpu
+#SBATCH --time=00:10:00
+#SBATCH --output={run}/logs/batch.log
+#SBATCH --open-mode=append
+#SBATCH --requeue
+#SBATCH --signal=B:USR1@30
+export HPCTRAIN_RUN_DIR={run}
+export OMP_NUM_THREADS=1
+export PYTHONPATH={pythonpath}
+export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
+mkdir -p {run}/logs
+trap 'touch {run}/preempt.flag' USR1
+srun --kill-on-bad-exit=1 --open-mode=append --output={run}/logs/rank-%t.log \\
+    {python} -m hpctrain.runtime &
+child=$!
+# `wait` returns early when the trap fires; keep waiting for srun itself.
+while true; do
+    wait $child; rc=$?
+    kill -0 $child 2>/dev/null || break
+done
+if [ -f {run}/requeue.request ]; then
+    scontrol requeue $SLURM_JOB_ID
+fi
+exit $rc
+"""
+
+
+def submit(run_dir: Path, nodes: int = 2, tasks: int = 2) -> str:
+    script = SBATCH.format(
+        nodes=nodes,
+        tasks=tasks,
+        run=run_dir,
+        python=sys.executable,
+        pythonpath=os.pathsep.join([str(REPO), str(HERE)]),
+    )
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    path = run_dir / "job.sbatch"
+    path.write_text(script)
+    out = subprocess.run(
+        ["sbatch", "--parsable", str(path)], capture_output=True, text=True, check=True, env=task_env(run_dir)
+    )
+    return out.stdout.strip().split(";")[0]
+
+
+def job_state(job_id: str) -> str:
+    out = subprocess.run(
+        ["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True, check=False
+    ).stdout
+    for field in out.split():
+        if field.startswith("JobState="):
+            return field.split("=", 1)[1]
+    return "UNKNOWN"
+
+
+def wait_state(job_id: str, states: set[str], timeout: float) -> str:
+    deadline = time.monotonic() + timeout
+    state = job_state(job_id)
+    while state not in states and time.monotonic() < deadline:
+        time.sleep(0.5)
+        state = job_state(job_id)
+    return state
+
+
+def cluster_up() -> bool:
+    try:
+        out = subprocess.run(["sinfo", "-h", "-o", "%T"], capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    unusable = ("down", "drain", "fail", "inval", "unk", "not_responding")
+    states = out.stdout.split()
+    return out.returncode == 0 and any(not s.lower().startswith(unusable) for s in states)

@@ -1,0 +1,111 @@
+"""Checkpoints in one process: round trip, atomic folders, manifest verification and fallback."""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from torch import nn
+
+from hpctrain.runtime.checkpoint import Checkpointer, verify
+
+
+@pytest.fixture(autouse=True)
+def world_of_one() -> Iterator[None]:
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    yield
+    dist.destroy_process_group()
+
+
+def model_and_optimizer(seed: int) -> tuple[nn.Module, torch.optim.Optimizer]:
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
+    model(torch.randn(3, 4)).sum().backward()
+    optimizer.step()
+    return model, optimizer
+
+
+class Events:
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, dict]] = []
+
+    def __call__(self, event: str, **fields: object) -> None:
+        self.seen.append((event, fields))
+
+
+def save(tmp_path: Path, step: int, seed: int, keep: int = 3) -> tuple[Checkpointer, nn.Module, Events]:
+    events = Events()
+    checkpoints = Checkpointer(tmp_path, 0, keep, events)
+    model, optimizer = model_and_optimizer(seed)
+    checkpoints.save(step, model, optimizer, {"position": {"epoch": 0, "offset": step}})
+    return checkpoints, model, events
+
+
+def test_round_trip_restores_model_optimizer_trainer_and_rng(tmp_path: Path) -> None:
+    events = Events()
+    checkpoints = Checkpointer(tmp_path, 0, 2, events)
+    saved, saved_optimizer = model_and_optimizer(1)
+    torch.manual_seed(99)
+    random.seed(99)
+    checkpoints.save(11, saved, saved_optimizer, {"position": {"epoch": 0, "offset": 11}})
+    expected = (torch.rand(1), random.random())  # what the run would have drawn next
+    assert events.seen[-1][0] == "checkpoint" and events.seen[-1][1]["save_s"] >= 0
+
+    model, optimizer = model_and_optimizer(seed=2)
+    restored = checkpoints.load(model, optimizer)
+    assert restored is not None and restored.step == 11
+    assert restored.trainer["position"] == {"epoch": 0, "offset": 11}
+    for a, b in zip(model.parameters(), saved.parameters(), strict=True):
+        assert torch.equal(a, b)
+    assert optimizer.state_dict()["state"][0]["step"].item() == 1
+    assert (torch.rand(1), random.random()) == expected
+
+
+def test_saves_are_atomic_and_pruned(tmp_path: Path) -> None:
+    for step in (1, 2, 3):
+        checkpoints, _, _ = save(tmp_path, step, seed=step, keep=2)
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["step-00000002", "step-00000003"]
+    manifest = json.loads((tmp_path / "checkpoints" / "step-00000003" / "manifest.json").read_text())
+    assert manifest["step"] == 3 and {"trainer.pt", "rng-rank-0.pt"} <= set(manifest["files"])
+    # A save killed before its rename leaves a .tmp folder: never loaded, removed on start.
+    partial = tmp_path / "checkpoints" / "step-00000009.tmp"
+    partial.mkdir()
+    assert [p.name for p in checkpoints.complete()] == ["step-00000003", "step-00000002"]
+    checkpoints.clean_partial()
+    assert not partial.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest"])
+def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage: str) -> None:
+    save(tmp_path, 1, seed=1)
+    checkpoints, _, events = save(tmp_path, 2, seed=2)
+    newest = tmp_path / "checkpoints" / "step-00000002"
+    data_file = next(newest.glob("*.distcp"))
+    if damage == "truncate":
+        data_file.write_bytes(data_file.read_bytes()[:-10])
+    elif damage == "flip":
+        raw = bytearray(data_file.read_bytes())
+        raw[len(raw) // 2] ^= 0xFF
+        data_file.write_bytes(bytes(raw))
+    elif damage == "delete":
+        data_file.unlink()
+    else:
+        (newest / "manifest.json").write_text("{not json")
+    assert verify(newest) is not None
+    model, optimizer = model_and_optimizer(seed=3)
+    restored = checkpoints.load(model, optimizer)
+    assert restored is not None and restored.step == 1
+    assert [e for e, _ in events.seen][-1] == "checkpoint_corrupt"
+    assert events.seen[-1][1]["path"] == str(newest)
+
+
+def test_nothing_to_resume(tmp_path: Path) -> None:
+    checkpoints = Checkpointer(tmp_path, 0, 2, Events())
+    assert checkpoints.load(*model_and_optimizer(0)) is None
