@@ -90,6 +90,9 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     log.info("strategy: %s", trainer.strategy.describe())
     status = trainer.run()
     log.info("run %s at step %d", status, trainer.step)
+    # Tearing gloo down while a peer still sends aborts the process ("terminate called without an
+    # active exception"); a last barrier lets every rank finish its traffic first.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 

@@ -1,6 +1,7 @@
 """Test helper for the runtime: write a run dir, run its ranks locally or as a real sbatch job.
 
-A stand-in for the CLI (``hpctrain submit``) until the runtime tests switch to it. Also holds
+Cluster jobs go through the product's sbatch template (``hpctrain.render``), so the preemption
+trap, the requeue request and ``--kill-on-bad-exit`` are the ones users get. Also holds
 ``slow_digits``, a test entrypoint (digits with a short sleep per forward) that leaves time to
 signal or kill a rank mid-run; the runtime imports it as ``_runtime_job:slow_digits`` with this
 folder on PYTHONPATH.
@@ -67,6 +68,12 @@ def write_run_dir(
         "train": {"entrypoint": "hpctrain.examples.digits:build", **train},
         **job,
     }
+    # Inside the job the runtime must import test entrypoints such as _runtime_job:slow_digits.
+    data["env"] = {
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]),
+        "OMP_NUM_THREADS": "1",
+        **dict(job.get("env") or {}),
+    }  # type: ignore[call-overload]
     job_file = run_dir / "job.yaml"
     job_file.write_text(yaml.safe_dump(data))
     resolved = spec.resolve(spec.load_job(job_file), spec.load_site(REPO / "site-configs" / "local.yaml"))
@@ -152,49 +159,15 @@ def latest_step(run_dir: Path) -> int:
 # A real Slurm job (2 nodes x 2 tasks by default)
 # ------------------------------------------------------------------------------------------------
 
-SBATCH = """#!/bin/bash
-#SBATCH --job-name=runtime-test
-#SBATCH --nodes={nodes}
-#SBATCH --ntasks-per-node={tasks}
-#SBATCH --partition=cpu
-#SBATCH --time=00:10:00
-#SBATCH --output={run}/logs/batch.log
-#SBATCH --open-mode=append
-#SBATCH --requeue
-#SBATCH --signal=B:USR1@30
-export HPCTRAIN_RUN_DIR={run}
-export OMP_NUM_THREADS=1
-export PYTHONPATH={pythonpath}
-export MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))
-mkdir -p {run}/logs
-trap 'touch {run}/preempt.flag' USR1
-srun --kill-on-bad-exit=1 --open-mode=append --output={run}/logs/rank-%t.log \\
-    {python} -m hpctrain.runtime &
-child=$!
-# `wait` returns early when the trap fires; keep waiting for srun itself.
-while true; do
-    wait $child; rc=$?
-    kill -0 $child 2>/dev/null || break
-done
-if [ -f {run}/requeue.request ]; then
-    scontrol requeue $SLURM_JOB_ID
-fi
-exit $rc
-"""
 
+def submit(run_dir: Path) -> str:
+    """sbatch the run dir's job with the product's own template (trap, requeue, kill-on-bad-exit)."""
+    from hpctrain import render, spec
 
-def submit(run_dir: Path, nodes: int = 2, tasks: int = 2) -> str:
-    script = SBATCH.format(
-        nodes=nodes,
-        tasks=tasks,
-        run=run_dir,
-        python=sys.executable,
-        pythonpath=os.pathsep.join([str(REPO), str(HERE)]),
-    )
-    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    resolved = spec.loads((run_dir / "spec.json").read_bytes())
     path = run_dir / "job.sbatch"
-    path.write_text(script)
+    path.write_text(render.render(resolved, run_dir))
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     out = subprocess.run(
         ["sbatch", "--parsable", str(path)], capture_output=True, text=True, check=True, env=task_env(run_dir)
     )

@@ -13,10 +13,16 @@ import _runtime_job as job
 import pytest
 import torch
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(not job.cluster_up(), reason="the local Slurm cluster is not up"),
-]
+from hpctrain.watch import failed_tasks
+from tests.integration.cluster import require_cluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
 
 DIGITS = dict(steps=150, batch_size=64, lr=0.003, log_every=10, deterministic=True, export_final=True)
 SLOW = {**DIGITS, "entrypoint": "_runtime_job:slow_digits", "options": {"delay_s": 0.05}}
@@ -95,6 +101,9 @@ def test_killed_rank_fails_the_job_quickly(tmp_path: Path) -> None:
     state = job.wait_state(job_id, TERMINAL, timeout=60)
     assert state == "FAILED", f"{state} after {time.monotonic() - killed:.0f} s\n{show_logs(run)}"
     assert time.monotonic() - killed < 60
+    # What `hpctrain status` reports: srun's own line names the dead rank and its node.
+    dead = [t for t in failed_tasks(run) if t["rank"] == "1"]
+    assert dead and dead[0]["node"] in ("node1", "node2"), show_logs(run)
 
 
 def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:
