@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
-    from hpctrain.spec import Parallel
+    from hpctrain.spec import Parallel, Resolved
 
 DIMS: tuple[str, ...] = ("pp", "dp", "fsdp", "tp")
 
@@ -45,21 +45,34 @@ def data_coordinate(rank: int, parallel: Parallel) -> tuple[int, int]:
     return coords["dp"] * dims["fsdp"] + coords["fsdp"], dims["dp"] * dims["fsdp"]
 
 
-def build_mesh(parallel: Parallel, world_size: int, device_type: str) -> DeviceMesh | None:
-    """One DeviceMesh with the dims of size > 1 (in DIMS order), or None for a single process.
+def requested_dims(resolved: Resolved) -> tuple[str, ...]:
+    """The model-parallel dims the spec asked for with -1 ("all ranks"): kept even at size 1.
 
-    A job with only data parallelism gets a 1-D ("dp",) mesh. Needs the default process group.
+    So `parallel: fsdp` on one GPU runs FSDP's code path, not a plain single-process loop: a job
+    tried on one device exercises the layout it will use on many.
+    """
+    asked = resolved.job.train.parallel_dims
+    return tuple(name for name in ("pp", "fsdp", "tp") if getattr(asked, name) == -1)
+
+
+def build_mesh(
+    parallel: Parallel, world_size: int, device_type: str, keep: tuple[str, ...] = ()
+) -> DeviceMesh | None:
+    """One DeviceMesh with the dims of size > 1 and the `keep` dims (in DIMS order), or None.
+
+    A job with only data parallelism gets a 1-D ("dp",) mesh; a single process with nothing to keep
+    gets None. Needs the default process group.
     """
     from torch.distributed.device_mesh import init_device_mesh
 
-    if world_size == 1:
-        return None
     dims = sizes(parallel)
     product = 1
     for value in dims.values():
         product *= value
     if product != world_size:
         raise ValueError(f"parallel dims {dims} multiply to {product}, not the world size {world_size}")
-    names = tuple(name for name in DIMS if dims[name] > 1)
+    names = tuple(name for name in DIMS if dims[name] > 1 or name in keep)
+    if not names:
+        return None
     shape = tuple(dims[name] for name in names)
     return init_device_mesh(device_type, shape, mesh_dim_names=names)

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from hpctrain.runtime import data, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
-from hpctrain.runtime.mesh import build_mesh
+from hpctrain.runtime.mesh import build_mesh, requested_dims
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
 from hpctrain.runtime.parallel.base import Strategy
@@ -80,7 +80,9 @@ def make_optimizer(task: Task, strategy: Strategy, train: Train) -> torch.optim.
     params = list(strategy.parameters())
     if task.optimizer is not None:
         return task.optimizer(params)
-    return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay)
+    # The fused CUDA kernel updates all parameters in a few launches instead of one per tensor.
+    fused = bool(params) and all(p.device.type == "cuda" for p in params)
+    return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay, fused=fused or None)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -103,7 +105,7 @@ class Trainer:
         configure_determinism(self.train)
         self.task = load_task(self.train)
         device_type = "cuda" if resolved.job.resources.gpus_per_node and torch.cuda.is_available() else "cpu"
-        self.mesh = build_mesh(resolved.parallel, dist_info.world_size, device_type)
+        self.mesh = build_mesh(resolved.parallel, dist_info.world_size, device_type, requested_dims(resolved))
         self.strategy = build_strategy(resolved, dist_info, self.mesh, self.task)
         # Dropout differs between data shards but not between tp/pp peers of one replica.
         seed_everything(self.train.seed + 1 + self.strategy.data_rank)

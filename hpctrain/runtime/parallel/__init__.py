@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING
 
+from hpctrain.runtime.mesh import requested_dims
 from hpctrain.runtime.parallel.base import SingleStrategy, Strategy
 
 if TYPE_CHECKING:
@@ -28,8 +29,9 @@ def layout_module(resolved: Resolved) -> str:
     dims = resolved.parallel
     if dims.ps is not None:
         raise ValueError("parameter-server jobs do not use a collective strategy")
+    kept = requested_dims(resolved)
     for name in ("pp", "tp", "fsdp"):
-        if getattr(dims, name) > 1:
+        if getattr(dims, name) > 1 or name in kept:
             return name
     return "ddp" if resolved.world_size > 1 else "single"
 

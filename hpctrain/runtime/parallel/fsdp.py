@@ -162,7 +162,7 @@ class ShardedStrategy(Strategy):
         super().__init__(resolved, dist_info, mesh, task)
         dims = resolved.parallel
         model = task.model.to(self.device)
-        self.tensor_parallel = dims.tp > 1
+        self.tensor_parallel = dims.tp > 1 or (mesh is not None and "tp" in (mesh.mesh_dim_names or ()))
         if self.tensor_parallel:
             apply_tensor_parallel(model, task, mesh)
         data_mesh = submesh(mesh, ("dp", "fsdp"))
@@ -171,7 +171,8 @@ class ShardedStrategy(Strategy):
             apply_fsdp(model, units, data_mesh, dims.reshard_after_forward, fsdp_param_dtype(self))
         maybe_compile(model, self.train.compile)
         self.model = model
-        used = [name for name in ("dp", "fsdp", "tp") if getattr(dims, name) > 1]
+        present = mesh.mesh_dim_names or () if mesh is not None else ()
+        used = [name for name in ("dp", "fsdp", "tp") if getattr(dims, name) > 1 or name in present]
         self.name = "x".join(used).replace("dpxfsdp", "hsdp") or "single"
 
     def _step_context(self, last: bool) -> contextlib.AbstractContextManager[Any]:

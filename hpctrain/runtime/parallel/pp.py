@@ -135,7 +135,8 @@ class PipelineStrategy(Strategy):
         self.model = union_view(task.model, chunks)
         # Eval batches are padded to the training batch: stages fix their p2p shapes on first use.
         self.batch_rows = self.train.batch_size // self.data_world
-        self.name = "x".join(n for n in ("pp", "dp", "fsdp", "tp") if getattr(dims, n) > 1)
+        present = mesh.mesh_dim_names or () if mesh is not None else ()
+        self.name = "x".join(n for n in ("pp", "dp", "fsdp", "tp") if getattr(dims, n) > 1 or n in present)
 
     def _split(self, task: Task, schedule: str) -> tuple[str, list[int], list[nn.Module]]:
         """(schedule, this rank's stage ids, their modules); interleaved falls back to 1F1B."""
