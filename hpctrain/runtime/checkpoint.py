@@ -6,11 +6,12 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
   a save under one layout loads under another);
 * ``trainer.pt`` (rank 0): step, data position, LR scheduler state;
 * ``rng-rank-N.pt`` (each rank): torch CPU/CUDA, python and numpy RNG states;
-* ``manifest.json`` (rank 0, written last): every file's size and CRC32.
+* ``manifest.json`` (rank 0, written last): every file's size and CRC32 (each rank sums its own).
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
-overwritten) is skipped on load in favour of the previous one.
+overwritten) is skipped on load in favour of the previous one. Periodic saves are asynchronous:
+training is blocked only while the state is staged to host memory.
 """
 
 from __future__ import annotations
@@ -19,7 +20,9 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
+import threading
 import time
 import zlib
 from collections.abc import Callable
@@ -76,15 +79,25 @@ def crc32(path: Path, chunk: int = 1 << 20) -> str:
     return f"{value:08x}"
 
 
+def owner(name: str) -> int:
+    """Which rank writes a checkpoint file: DCP's ``__R_N.distcp``, ``rng-rank-R.pt``; else rank 0."""
+    match = re.match(r"^__(\d+)_\d+\.distcp$", name) or re.match(r"^rng-rank-(\d+)\.pt$", name)
+    return int(match.group(1)) if match else 0
+
+
 def write_manifest(folder: Path, step: int) -> None:
-    files = {
-        str(p.relative_to(folder)): {"size": p.stat().st_size, "crc32": crc32(p)}
-        for p in sorted(folder.rglob("*"))
-        if p.is_file() and p.name != MANIFEST
-    }
+    """Merge the ranks' checksums into the manifest; files nobody summed are summed here."""
+    files: dict[str, dict[str, Any]] = {}
+    for sums in sorted(folder.glob(".sums-rank-*.json")):
+        files.update(json.loads(sums.read_text()))
+        sums.unlink()
+    for path in sorted(folder.rglob("*")):
+        name = str(path.relative_to(folder))
+        if path.is_file() and name != MANIFEST and name not in files:
+            files[name] = {"size": path.stat().st_size, "crc32": crc32(path)}
     target = folder / MANIFEST
     with open(target, "w", encoding="utf-8") as handle:
-        json.dump({"step": step, "files": files}, handle, indent=1)
+        json.dump({"step": step, "files": dict(sorted(files.items()))}, handle, indent=1)
         handle.flush()
         os.fsync(handle.fileno())
 
@@ -126,6 +139,9 @@ class Checkpointer:
         self.rank = rank
         self.keep = keep
         self.event = event
+        self._group: Any = None
+        self._pending: tuple[int, Path, Path, float, float, threading.Thread] | None = None
+        self._write_error: BaseException | None = None
 
     def complete(self) -> list[Path]:
         """Finished checkpoint folders, newest first."""
@@ -135,9 +151,20 @@ class Checkpointer:
         return sorted(found, key=lambda p: p.name, reverse=True)
 
     def save(
-        self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, trainer: dict[str, Any]
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer: dict[str, Any],
+        blocking: bool = True,
     ) -> float:
-        """Write checkpoint ``step``; returns the seconds training was blocked."""
+        """Write checkpoint ``step``; returns the seconds training was blocked.
+
+        ``blocking=False`` only stages the state to host memory here; the files are written by a
+        background thread while training goes on, and the checkpoint is published (manifest, rename)
+        at the next save or ``wait()``. Preemption and the end of a run save with ``blocking=True``.
+        """
+        self.wait()
         started = time.perf_counter()
         final = self.root / step_name(step)
         tmp = final.with_name(final.name + ".tmp")
@@ -146,22 +173,78 @@ class Checkpointer:
             tmp.mkdir(parents=True)
         dist.barrier()
         model_state, optim_state = get_state_dict(model, optimizer)
-        dcp.save({"model": model_state, "optim": optim_state}, checkpoint_id=str(tmp))
+        state = {"model": model_state, "optim": optim_state}
         torch.save(rng_state(), tmp / rng_name(self.rank))
         if self.rank == 0:
             torch.save({"step": step, **trainer}, tmp / TRAINER)
-        dist.barrier()  # every rank's files are in tmp
+        if blocking:
+            dcp.save(state, checkpoint_id=str(tmp))
+            self._checksum_own_files(tmp)
+            blocked = time.perf_counter() - started
+            self._publish(step, tmp, final, started, blocked)
+            return blocked
+        # A group of its own: the background write's collectives must not interleave with training's.
+        if self._group is None:
+            self._group = dist.new_group(backend="gloo")
+        response = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group)
+        upload = getattr(response, "upload_completion", response)
+        writer = threading.Thread(target=self._finish_write, args=(upload, tmp), daemon=True)
+        writer.start()
+        blocked = time.perf_counter() - started
+        self._pending = (step, tmp, final, started, blocked, writer)
+        if self.rank == 0:
+            log.info("checkpoint step %d staged in %.3f s; writing in the background", step, blocked)
+        return blocked
+
+    def _finish_write(self, upload: Any, tmp: Path) -> None:
+        try:
+            upload.result()
+            self._checksum_own_files(tmp)
+        except BaseException as error:  # reported on the main thread by wait()
+            self._write_error = error
+
+    def _checksum_own_files(self, tmp: Path) -> None:
+        """Each rank checksums the files it wrote, in parallel with the others."""
+        mine = [p for p in tmp.iterdir() if p.is_file() and owner(p.name) == self.rank]
+        sums = {p.name: {"size": p.stat().st_size, "crc32": crc32(p)} for p in mine}
+        (tmp / f".sums-rank-{self.rank}.json").write_text(json.dumps(sums))
+
+    def wait(self) -> None:
+        """Publish the checkpoint being written in the background, if any (collective)."""
+        if self._pending is None:
+            return
+        step, tmp, final, started, blocked, writer = self._pending
+        self._pending = None
+        writer.join()
+        if self._write_error is not None:
+            error, self._write_error = self._write_error, None
+            raise RuntimeError(f"background checkpoint write of step {step} failed: {error}") from error
+        self._publish(step, tmp, final, started, blocked)
+
+    def _publish(self, step: int, tmp: Path, final: Path, started: float, blocked: float) -> None:
+        dist.barrier()  # every rank's files and sums are in tmp
         if self.rank == 0:
             write_manifest(tmp, step)
             shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
             os.replace(tmp, final)
             self._prune()
         dist.barrier()  # nobody moves on (or exits for a requeue) before the rename
-        seconds = time.perf_counter() - started
         if self.rank == 0:
-            log.info("checkpoint step %d saved to %s in %.3f s", step, final, seconds)
-            self.event("checkpoint", step=step, path=str(final), save_s=round(seconds, 4))
-        return seconds
+            seconds = time.perf_counter() - started
+            log.info(
+                "checkpoint step %d saved to %s: training blocked %.3f s, written after %.3f s",
+                step,
+                final,
+                blocked,
+                seconds,
+            )
+            self.event(
+                "checkpoint",
+                step=step,
+                path=str(final),
+                save_s=round(blocked, 4),
+                written_s=round(seconds, 4),
+            )
 
     def _prune(self) -> None:
         for old in self.complete()[self.keep :]:

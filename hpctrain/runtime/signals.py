@@ -50,7 +50,10 @@ class Preemption:
         self.run_dir = run_dir
         self.rank = rank
         self.signalled = signalled
-        self._flag = torch.zeros(1, dtype=torch.int32, device=device)
+        # The flag lives on the CPU and agrees over gloo: reading a CUDA flag each step would
+        # synchronize with the GPU and stop the host from queueing the next step's kernels.
+        self._group = dist.new_group(backend="gloo") if device.type == "cuda" else None
+        self._flag = torch.zeros(1, dtype=torch.int32)
         self._pending: dist.Work | None = None
 
     def local_request(self) -> bool:
@@ -70,7 +73,9 @@ class Preemption:
             stop = bool(self._flag.item())
         if not stop:
             self._flag.fill_(int(self.local_request()))
-            self._pending = dist.all_reduce(self._flag, op=dist.ReduceOp.MAX, async_op=True)
+            self._pending = dist.all_reduce(
+                self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True
+            )
         return stop
 
     def drain(self) -> None:

@@ -254,14 +254,15 @@ class Trainer:
         self.last_eval = result
         return result
 
-    def save(self) -> None:
+    def save(self, blocking: bool = True) -> None:
         if self.last_saved == self.step:
+            self.checkpoints.wait()
             return
         trainer_state = {
             "position": {"epoch": self.position.epoch, "offset": self.position.offset},
             "scheduler": self.scheduler.state_dict(),
         }
-        self.checkpoints.save(self.step, self.strategy.model, self.optimizer, trainer_state)
+        self.checkpoints.save(self.step, self.strategy.model, self.optimizer, trainer_state, blocking)
         self.last_saved = self.step
 
     # -- the run ---------------------------------------------------------------------------------
@@ -290,7 +291,7 @@ class Trainer:
             if train.eval_every and self.step % train.eval_every == 0 and self.step < train.steps:
                 self.evaluate()
             if train.checkpoint_every and self.step % train.checkpoint_every == 0:
-                self.save()
+                self.save(blocking=False)
             stop = self.preemption.poll()
             # A step's time is the whole iteration: data, compute, logging, the preemption check.
             now = time.perf_counter()

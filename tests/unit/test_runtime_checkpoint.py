@@ -109,3 +109,27 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage: str) -> N
 def test_nothing_to_resume(tmp_path: Path) -> None:
     checkpoints = Checkpointer(tmp_path, 0, 2, Events())
     assert checkpoints.load(*model_and_optimizer(0)) is None
+
+
+def test_background_save_publishes_the_state_as_it_was_when_staged(tmp_path: Path) -> None:
+    events = Events()
+    checkpoints = Checkpointer(tmp_path, 0, 2, events)
+    saved, saved_optimizer = model_and_optimizer(1)
+    expected = [p.detach().clone() for p in saved.parameters()]
+    checkpoints.save(5, saved, saved_optimizer, {"position": {"epoch": 0, "offset": 5}}, blocking=False)
+    # Training goes on while the files are written: later updates must not leak into step 5.
+    with torch.no_grad():
+        for p in saved.parameters():
+            p.add_(1.0)
+    assert not (tmp_path / "checkpoints" / "step-00000005").exists()  # published by wait()
+    checkpoints.wait()
+    folder = tmp_path / "checkpoints" / "step-00000005"
+    assert verify(folder) is None
+    assert not list(folder.glob(".sums-rank-*"))
+    event = events.seen[-1][1]
+    assert events.seen[-1][0] == "checkpoint" and event["save_s"] <= event["written_s"]
+    model, optimizer = model_and_optimizer(seed=2)
+    restored = checkpoints.load(model, optimizer)
+    assert restored is not None and restored.step == 5
+    for a, b in zip(model.parameters(), expected, strict=True):
+        assert torch.equal(a, b)
