@@ -2,38 +2,14 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
-import secrets
-import sqlite3
 import time
-from collections.abc import Iterable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
 from pathlib import Path
-
-SCHEMA_VERSION = 1
-SCHEMA = """
-CREATE TABLE IF NOT EXISTS runs (
-    run_id TEXT PRIMARY KEY,
-    job_id TEXT,
-    name TEXT NOT NULL,
-    site TEXT NOT NULL,
-    backend TEXT NOT NULL,
-    run_dir TEXT NOT NULL,
-    submitted_at REAL NOT NULL,
-    state TEXT NOT NULL,
-    state_at REAL NOT NULL,
-    reason TEXT NOT NULL DEFAULT ''
-);
-CREATE INDEX IF NOT EXISTS runs_job ON runs (job_id);
-CREATE TABLE IF NOT EXISTS history (
-    run_id TEXT NOT NULL,
-    state TEXT NOT NULL,
-    at REAL NOT NULL,
-    reason TEXT NOT NULL DEFAULT ''
-);
-"""
+from typing import Any
 
 # Records that never reached the scheduler carry this state instead of a JobState.
 SUBMIT_FAILED = "SUBMIT_FAILED"
@@ -57,51 +33,71 @@ class Run:
     state_at: float
     reason: str = ""
 
-    @classmethod
-    def from_row(cls, row: sqlite3.Row) -> Run:
-        data = dict(row)
-        data["run_dir"] = Path(data["run_dir"])
-        return cls(**data)
-
 
 class Index:
-    """The sqlite index of runs; sqlite's own locking makes concurrent writers safe."""
+    """An append-only JSON-lines index of runs, one `flock`-guarded write per change.
+
+    Lines are `{"op": "add", ...run}` and `{"op": "state", "run_id", "state", "at", "reason"}`; the
+    current state of a run is its last line, and its history is all of them. Appends under an
+    exclusive lock keep concurrent submitters from interleaving; readers take a shared lock. (A
+    plain file instead of sqlite: importing sqlite3 costs more than a whole submission's own work.)
+    """
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or home()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.path = self.root / "index.sqlite"
-        self._db: sqlite3.Connection | None = None
+        self.path = self.root / "index.jsonl"
 
-    @property
-    def db(self) -> sqlite3.Connection:
-        if self._db is None:
-            db = sqlite3.connect(self.path, timeout=30, isolation_level=None)
-            db.row_factory = sqlite3.Row
-            db.execute("PRAGMA busy_timeout = 30000")
-            # The schema is created once; later opens only read the version (start-up time matters).
-            if db.execute("PRAGMA user_version").fetchone()[0] != SCHEMA_VERSION:
-                db.execute("PRAGMA journal_mode = WAL")
-                db.executescript(SCHEMA + f"PRAGMA user_version = {SCHEMA_VERSION};")
-            self._db = db
-        return self._db
-
-    @contextmanager
-    def transaction(self) -> Iterator[sqlite3.Connection]:
-        db = self.db
-        db.execute("BEGIN IMMEDIATE")
+    def _append(self, records: list[dict[str, Any]]) -> None:
+        if not records:
+            return
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
-            yield db
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
-        db.execute("COMMIT")
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            os.write(fd, data)
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self) -> list[dict[str, Any]]:
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return []
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                data = handle.read()
+        finally:
+            os.close(fd)
+        records = []
+        for line in data.splitlines():
+            try:
+                records.append(json.loads(line))
+            except ValueError:
+                continue  # a line cut short by a crash must not hide the others
+        return records
+
+    def _fold(self) -> tuple[dict[str, Run], dict[str, list[tuple[str, float, str]]]]:
+        runs: dict[str, Run] = {}
+        history: dict[str, list[tuple[str, float, str]]] = {}
+        for record in self._read():
+            op = record.pop("op", None)
+            if op == "add":
+                run = Run(**{**record, "run_dir": Path(record["run_dir"])})
+                runs[run.run_id] = run
+                history[run.run_id] = [(run.state, run.state_at, run.reason)]
+            elif op == "state" and record.get("run_id") in runs:
+                run = runs[record["run_id"]]
+                run.state, run.state_at, run.reason = record["state"], record["at"], record["reason"]
+                history[run.run_id].append((run.state, run.state_at, run.reason))
+        return runs, history
 
     def new_run_dir(self, name: str) -> tuple[str, Path]:
         """A fresh, unique run directory: runs/<date>-<time>-<name>-<random>."""
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for _ in range(10):
-            run_id = f"{stamp}-{name}-{secrets.token_hex(3)}"
+            run_id = f"{stamp}-{name}-{os.urandom(3).hex()}"
             run_dir = self.root / "runs" / run_id
             try:
                 (run_dir / "logs").mkdir(parents=True, exist_ok=False)
@@ -111,76 +107,47 @@ class Index:
         raise RuntimeError("could not create a unique run directory")
 
     def add(self, run: Run) -> None:
-        with self.transaction() as db:
-            db.execute(
-                "INSERT INTO runs VALUES (?,?,?,?,?,?,?,?,?,?)",
-                (
-                    run.run_id,
-                    run.job_id,
-                    run.name,
-                    run.site,
-                    run.backend,
-                    str(run.run_dir),
-                    run.submitted_at,
-                    run.state,
-                    run.state_at,
-                    run.reason,
-                ),
-            )
-            db.execute(
-                "INSERT INTO history VALUES (?,?,?,?)", (run.run_id, run.state, run.state_at, run.reason)
-            )
+        self._append([{"op": "add", **asdict(run), "run_dir": str(run.run_dir)}])
         write_record(run)
 
     def update_states(self, changes: Iterable[tuple[Run, str, str]]) -> None:
-        """Record new states (run, state, reason) in one transaction; history keeps every change."""
+        """Record new states (run, state, reason) in one append; history keeps every change."""
         now = time.time()
+        records: list[dict[str, Any]] = []
         changed: list[Run] = []
-        with self.transaction() as db:
-            for run, state, reason in changes:
-                if state == run.state and reason == run.reason:
-                    continue
-                db.execute(
-                    "UPDATE runs SET state=?, state_at=?, reason=? WHERE run_id=?",
-                    (state, now, reason, run.run_id),
-                )
-                if state != run.state:
-                    db.execute("INSERT INTO history VALUES (?,?,?,?)", (run.run_id, state, now, reason))
-                run.state, run.state_at, run.reason = state, now, reason
-                changed.append(run)
+        for run, state, reason in changes:
+            if state == run.state and reason == run.reason:
+                continue
+            run.state, run.state_at, run.reason = state, now, reason
+            records.append({"op": "state", "run_id": run.run_id, "state": state, "at": now, "reason": reason})
+            changed.append(run)
+        self._append(records)
         for run in changed:
             write_record(run)
 
     def runs(self, limit: int | None = None) -> list[Run]:
-        sql = "SELECT * FROM runs ORDER BY submitted_at DESC, rowid DESC"
-        if limit:
-            sql += f" LIMIT {int(limit)}"
-        return [Run.from_row(r) for r in self.db.execute(sql)]
+        runs, _ = self._fold()
+        ordered = sorted(runs.values(), key=lambda r: r.submitted_at, reverse=True)
+        return ordered[:limit] if limit else ordered
 
     def find(self, keys: Iterable[str]) -> tuple[list[Run], list[str]]:
         """Runs by job id or run id (or a unique run id prefix); returns (found, unknown keys)."""
+        runs = self.runs()
         found: list[Run] = []
         missing: list[str] = []
         for key in keys:
-            rows = self.db.execute(
-                "SELECT * FROM runs WHERE job_id=? OR run_id=? ORDER BY submitted_at DESC", (key, key)
-            ).fetchall()
-            if not rows:
-                rows = self.db.execute(
-                    "SELECT * FROM runs WHERE run_id LIKE ? ORDER BY submitted_at DESC",
-                    (key.replace("%", "") + "%",),
-                ).fetchall()
-                if len(rows) > 1:
-                    rows = []
-            if rows:
-                found.append(Run.from_row(rows[0]))
+            exact = [r for r in runs if key in (r.job_id, r.run_id)]
+            prefix = [r for r in runs if r.run_id.startswith(key)]
+            match = exact[:1] or (prefix if len(prefix) == 1 else [])
+            if match:
+                found.append(match[0])
             else:
                 missing.append(key)
         return found, missing
 
     def history(self, run_id: str) -> list[tuple[str, float, str]]:
-        rows = self.db.execute("SELECT state, at, reason FROM history WHERE run_id=? ORDER BY at", (run_id,))
-        return [(r["state"], r["at"], r["reason"]) for r in rows]
+        _, history = self._fold()
+        return history.get(run_id, [])
 
 
 def write_record(run: Run) -> None:

@@ -7,8 +7,6 @@ the help text (``hpctrain explain``) and the reference in docs/job-spec.md.
 Imports stay light (msgspec, yaml): the CLI must start fast on a login node.
 """
 
-from __future__ import annotations
-
 import re
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -170,7 +168,7 @@ class Parallel(Base):
         if sum(1 for v in dims.values() if v == -1) > 1:
             raise ValueError("at most one of dp/fsdp/tp/pp may be -1")
 
-    def resolved(self, world_size: int) -> Parallel:
+    def resolved(self, world_size: int) -> "Parallel":
         """The dims with -1 filled in; raises ValueError naming the conflict."""
         dims = {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp}
         fixed = 1
@@ -372,7 +370,7 @@ class Site(Base):
         if len(defaults) > 1:
             raise ValueError(f"more than one default partition: {', '.join(defaults)}")
 
-    def partition(self, name: str | None) -> tuple[str, Partition]:
+    def partition(self, name: str | None) -> tuple[str, "Partition"]:
         if name is None:
             for key, part in self.partitions.items():
                 if part.default:
