@@ -3,7 +3,8 @@
 Run on the login side with the local cluster up:  python benchmarks/bench_ddp_cpu.py
 It submits ONE sbatch job (2 nodes x 2 tasks) whose srun steps alternate the two loops (hand,
 hpctrain, hand, hpctrain), prints a table of median step times with the ratio, and writes it to
-docs/benchmarks-runtime.md. ``--worker`` is the hand-written loop (run by srun inside the job);
+bench-out/ddp-cpu.md (results are recorded in docs/benchmarks.md). ``--worker`` is the
+hand-written loop (run by srun inside the job);
 ``bench_ddp_cpu:build`` is the hpctrain entrypoint for the same model.
 """
 
@@ -172,7 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--worker", type=Path, help="run the hand-written loop, write its result here")
     parser.add_argument("--out", type=Path, default=Path("/tmp/hpctrain-bench-ddp-cpu"))
-    parser.add_argument("--write", type=Path, default=REPO / "docs" / "benchmarks-runtime.md")
+    parser.add_argument("--write", type=Path, default=REPO / "bench-out" / "ddp-cpu.md")
     args = parser.parse_args()
     if args.worker:
         hand_loop(args.worker)
@@ -182,6 +183,7 @@ def main() -> None:
     submit(out)
     table = report(out)
     print(table)
+    args.write.parent.mkdir(parents=True, exist_ok=True)
     args.write.write_text(table)
 
 

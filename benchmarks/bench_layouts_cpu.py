@@ -4,7 +4,7 @@ Runs the real runtime (``python -m hpctrain.runtime``, 4 local processes, one th
 GPT a little larger than the CI one, reads rank 0's metrics (the per-rank memory report after the
 first step, and the median step time after the first two steps) and prints one Markdown table.
 
-    python benchmarks/bench_layouts_cpu.py [--steps 10] [--d-model 128] [--out docs/benchmarks-parallel.md]
+    python benchmarks/bench_layouts_cpu.py [--steps 10] [--d-model 128] [--out bench-out/layouts-cpu.md]
 
 On a 2-core machine 4 ranks share 2 cores: step times compare communication and bubble overheads
 of the layouts, not speed-ups. State bytes are exact.

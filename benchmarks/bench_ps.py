@@ -4,7 +4,7 @@ Runs each mode as local processes (1 server + W workers on this machine; the sam
 srun), with ``HPCTRAIN_PS_DELAY`` standing in for per-step compute and ``HPCTRAIN_PS_SLOW`` making
 one worker ``--slow-factor`` times slower. Every mode sees the same number of samples: sync does
 ``--steps`` global steps of ``--batch-size``; async and bounded apply ``--steps x W`` single-worker
-gradients of ``batch-size / W``. Prints a table, writes docs/benchmarks-ps.md and the loss plot.
+gradients of ``batch-size / W``. Prints a table, writes bench-out/ps.md and the loss plot.
 
     python benchmarks/bench_ps.py            # about 2 minutes on 2 cores
 """
@@ -157,13 +157,14 @@ def main() -> None:
     parser.add_argument("--target", type=float, default=0.95, help="accuracy for time-to-accuracy")
     parser.add_argument("--timeout", type=float, default=600)
     parser.add_argument("--plot", type=Path, default=ROOT / "docs" / "img" / "ps-loss-vs-time.png")
-    parser.add_argument("--report", type=Path, default=ROOT / "docs" / "benchmarks-ps.md")
+    parser.add_argument("--report", type=Path, default=ROOT / "bench-out" / "ps.md")
     parser.add_argument("--json", type=Path, default=None, help="also dump raw results here")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ps-") as tmp:
         results = {mode: run_mode(mode, args, Path(tmp) / mode) for mode in MODES}
     plot(results, args.plot)
     text = report(results, args)
+    args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))

@@ -19,4 +19,6 @@ if ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout" >/de
     "$PYTHON" -m pip install -q --disable-pip-version-check "$TORCH_PIN"
     "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]" "$TORCH_PIN"
 fi
+# Byte-compile the package: with PYTHONDONTWRITEBYTECODE set, every CLI start would recompile it.
+"$PYTHON" -m compileall -q hpctrain >/dev/null
 "$PYTHON" -c "import hpctrain, torch; print(f'hpctrain {hpctrain.__version__}, torch {torch.__version__}')"
