@@ -114,51 +114,35 @@ class SlurmCliBackend(Backend):
             self._check(self._run(["scancel", *ids], "scancel"), "scancel")
 
 
-def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
+def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
+    """Rows of `id|state|<third>|nodes|elapsed`, folded per base job id (components, array tasks)."""
     found: dict[str, JobInfo] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) < 5:
             continue
-        raw_id, state, reason, nodes, elapsed = parts[:5]
+        raw_id, state, third_value, nodes, elapsed = parts[:5]
         job_id = base_job_id(raw_id)
         if job_id not in wanted:
             continue
-        merge_component(
-            found,
-            JobInfo(
-                job_id,
-                slurm_state(state),
-                reason=("" if reason == "None" else reason),
-                nodes=nodes,
-                elapsed=elapsed,
-                source="squeue",
-                extra={"slurm_state": state},
-            ),
+        info = JobInfo(
+            job_id,
+            slurm_state(state),
+            nodes=nodes,
+            elapsed=elapsed,
+            source=source,
+            extra={"slurm_state": state},
         )
+        setattr(info, third, "" if third_value == "None" else third_value)
+        merge_component(found, info)
     return found
+
+
+def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
+    """`squeue --format=%i|%T|%r|%N|%M` output: the third column is the pending reason."""
+    return _parse_rows(text, wanted, "squeue", "reason")
 
 
 def parse_sacct(text: str, wanted: set[str]) -> dict[str, JobInfo]:
-    found: dict[str, JobInfo] = {}
-    for line in text.splitlines():
-        parts = line.strip().split("|")
-        if len(parts) < 5:
-            continue
-        raw_id, state, exit_code, nodes, elapsed = parts[:5]
-        job_id = base_job_id(raw_id)
-        if job_id not in wanted:
-            continue
-        merge_component(
-            found,
-            JobInfo(
-                job_id,
-                slurm_state(state),
-                exit_code=exit_code,
-                nodes=nodes,
-                elapsed=elapsed,
-                source="sacct",
-                extra={"slurm_state": state},
-            ),
-        )
-    return found
+    """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed` output."""
+    return _parse_rows(text, wanted, "sacct", "exit_code")
