@@ -49,13 +49,11 @@ def wait_for(predicate, timeout: float, interval: float = 0.5):
 
 
 def sacct_job(job_id: str) -> list[dict[str, str]]:
-    proc = run(
-        "sacct", "--parsable2", "-n", "-j", job_id, "-o", "JobID,State,NodeList,ExitCode", check=False
-    )
+    proc = run("sacct", "--parsable2", "-n", "-j", job_id, "-o", "JobID,State,NodeList,ExitCode", check=False)
     if proc.returncode != 0:
         return []
     keys = ("JobID", "State", "NodeList", "ExitCode")
-    return [dict(zip(keys, line.split("|"))) for line in proc.stdout.splitlines() if line]
+    return [dict(zip(keys, line.split("|"), strict=False)) for line in proc.stdout.splitlines() if line]
 
 
 @pytest.fixture(scope="module")
@@ -93,8 +91,18 @@ def test_two_node_gpu_job_runs_and_is_accounted(local_cluster: None) -> None:
         os.chmod(tmp, 0o777)
         out = Path(tmp) / "job.out"
         proc = run(
-            "sbatch", "--parsable", "--wait", "-N2", "--ntasks-per-node=2", "--gpus-per-node=2",
-            "-t", "5", "-o", str(out), "--wrap", "srun printenv SLURMD_NODENAME",
+            "sbatch",
+            "--parsable",
+            "--wait",
+            "-N2",
+            "--ntasks-per-node=2",
+            "--gpus-per-node=2",
+            "-t",
+            "5",
+            "-o",
+            str(out),
+            "--wrap",
+            "srun printenv SLURMD_NODENAME",
             timeout=180,
         )
         job_id = proc.stdout.strip().split(";")[0]
