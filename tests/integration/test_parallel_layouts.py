@@ -13,10 +13,15 @@ from typing import Any
 import _runtime_job as job
 import pytest
 
-pytestmark = [
-    pytest.mark.cluster,
-    pytest.mark.skipif(not job.cluster_up(), reason="the local Slurm cluster is not up"),
-]
+from tests.integration.cluster import require_cluster
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
 
 STEPS = 6
 TOLERANCE = 2e-3
@@ -31,6 +36,11 @@ TRAIN: dict[str, Any] = {
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY"}
 # pp is the outermost mesh dim, so the two stages sit on different nodes; tp stays inside a node.
 LAYOUTS: dict[str, dict[str, Any]] = {
+    "ddp": {"dp": 4},
+    "fsdp": {"dp": 1, "fsdp": 4},
+    "tp": {"dp": 2, "tp": 2},
+    "pp_gpipe": {"dp": 1, "pp": 4, "pp_schedule": "gpipe"},
+    "pp_1f1b": {"dp": 1, "pp": 4, "pp_schedule": "1f1b"},
     "fsdp_tp": {"dp": 1, "fsdp": 2, "tp": 2},
     "dp_pp": {"dp": 2, "pp": 2, "pp_schedule": "1f1b"},
     "fsdp_pp_gpipe": {"dp": 1, "fsdp": 2, "pp": 2, "pp_schedule": "gpipe"},

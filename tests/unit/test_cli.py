@@ -48,6 +48,14 @@ def test_render_spec_shows_resolved_overrides() -> None:
         ),
         (["--set", "resources.time=9:00:00"], "resources.time: 9:00:00 is over the 02:00:00 limit"),
         (["--set", "bogus=1"], "unknown field `bogus`"),
+        (
+            ["--set", "train.parallel.dp=3", "--set", "train.parallel.tp=1"],
+            "train.parallel: dp*fsdp*tp*pp = 3*1*1*1 = 3 but the job has 4 tasks",
+        ),
+        (
+            ["--set", "train.parallel.dp=1", "--set", "train.parallel.tp=4"],
+            "train.parallel.tp: tp=4 must fit inside one node (2 tasks per node)",
+        ),
     ],
 )
 @pytest.mark.parametrize("verb", ["render", "submit"])
