@@ -15,7 +15,7 @@ from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, mer
 # many seconds is reported as unreachable.
 TIMEOUT_S = float(os.environ.get("HPCTRAIN_SLURM_TIMEOUT", "20"))
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
-SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed"
+SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Submit"
 UNREACHABLE = re.compile(r"unable to contact|connection refused|connect failure|timed out|Zero Bytes", re.I)
 
 
@@ -117,6 +117,7 @@ class SlurmCliBackend(Backend):
 def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
     """Rows of `id|state|<third>|nodes|elapsed`, folded per base job id (components, array tasks)."""
     found: dict[str, JobInfo] = {}
+    newest: dict[str, str] = {}
     for line in text.splitlines():
         parts = line.strip().split("|")
         if len(parts) < 5:
@@ -125,6 +126,13 @@ def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[st
         job_id = base_job_id(raw_id)
         if job_id not in wanted:
             continue
+        # Job ids come back after a controller's state is reset: only the newest job of an id counts.
+        submit = parts[5] if len(parts) > 5 else ""
+        if submit < newest.get(job_id, ""):
+            continue
+        if submit > newest.get(job_id, ""):
+            newest[job_id] = submit
+            found.pop(job_id, None)
         info = JobInfo(
             job_id,
             slurm_state(state),
@@ -144,5 +152,5 @@ def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
 
 
 def parse_sacct(text: str, wanted: set[str]) -> dict[str, JobInfo]:
-    """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed` output."""
+    """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed,Submit` output."""
     return _parse_rows(text, wanted, "sacct", "exit_code")

@@ -85,6 +85,11 @@ def owner(name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
+def bookkeeping(name: str) -> bool:
+    """The manifest and the ranks' checksum files: not part of the checkpoint itself."""
+    return name == MANIFEST or name.startswith(".sums-rank-")
+
+
 def write_manifest(folder: Path, step: int) -> None:
     """Merge the ranks' checksums into the manifest; files nobody summed are summed here."""
     files: dict[str, dict[str, Any]] = {}
@@ -93,7 +98,7 @@ def write_manifest(folder: Path, step: int) -> None:
         sums.unlink()
     for path in sorted(folder.rglob("*")):
         name = str(path.relative_to(folder))
-        if path.is_file() and name != MANIFEST and name not in files:
+        if path.is_file() and not bookkeeping(name) and name not in files:
             files[name] = {"size": path.stat().st_size, "crc32": crc32(path)}
     target = folder / MANIFEST
     with open(target, "w", encoding="utf-8") as handle:
@@ -205,7 +210,9 @@ class Checkpointer:
 
     def _checksum_own_files(self, tmp: Path) -> None:
         """Each rank checksums the files it wrote, in parallel with the others."""
-        mine = [p for p in tmp.iterdir() if p.is_file() and owner(p.name) == self.rank]
+        mine = [
+            p for p in tmp.iterdir() if p.is_file() and not bookkeeping(p.name) and owner(p.name) == self.rank
+        ]
         sums = {p.name: {"size": p.stat().st_size, "crc32": crc32(p)} for p in mine}
         (tmp / f".sums-rank-{self.rank}.json").write_text(json.dumps(sums))
 

@@ -49,11 +49,14 @@ def wait_for(predicate, timeout: float, interval: float = 0.5):
 
 
 def sacct_job(job_id: str) -> list[dict[str, str]]:
-    proc = run("sacct", "--parsable2", "-n", "-j", job_id, "-o", "JobID,State,NodeList,ExitCode", check=False)
+    """sacct rows of a job, newest submission first: ids repeat after a `down --wipe`."""
+    fields = "JobID,State,NodeList,ExitCode,Submit"
+    proc = run("sacct", "--parsable2", "-n", "-j", job_id, "-o", fields, check=False)
     if proc.returncode != 0:
         return []
-    keys = ("JobID", "State", "NodeList", "ExitCode")
-    return [dict(zip(keys, line.split("|"), strict=False)) for line in proc.stdout.splitlines() if line]
+    keys = fields.split(",")
+    rows = [dict(zip(keys, line.split("|"), strict=False)) for line in proc.stdout.splitlines() if line]
+    return sorted(rows, key=lambda r: r.get("Submit", ""), reverse=True)
 
 
 @pytest.fixture(scope="module")

@@ -37,6 +37,13 @@ def finish(job_id: str, timeout: float = 120) -> str:
     return job.wait_state(job_id, TERMINAL, timeout=timeout)
 
 
+def nodes_done_completing() -> bool:
+    out = subprocess.run(
+        ["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, check=False
+    ).stdout
+    return "comp" not in out.lower()
+
+
 def final_model(run_dir: Path) -> dict[str, torch.Tensor]:
     return torch.load(run_dir / "final_model.pt")
 
@@ -78,6 +85,10 @@ def test_preempted_job_checkpoints_requeues_resumes_and_matches(tmp_path: Path) 
     assert state in {"PENDING", "REQUEUED"}, show_logs(run)
     # Slurm holds a requeued job ~120 s (BeginTime); a test does not wait for that.
     job.wait_state(job_id, {"PENDING"}, timeout=30)
+    # The requeued job keeps its id: if it restarts while its old steps are still being torn down,
+    # that teardown kills the new run (Slurm's own 120 s hold exists to prevent exactly this).
+    assert job.wait_for(nodes_done_completing, timeout=60)
+    time.sleep(2)
     subprocess.run(["scontrol", "update", f"jobid={job_id}", "starttime=now"], check=True)
     assert finish(job_id) == "COMPLETED", show_logs(run)
 

@@ -69,3 +69,13 @@ def test_sacct_parses_exit_codes() -> None:
     found = parse_sacct(text, {"7", "8"})
     assert found["7"].state is JobState.COMPLETED and found["7"].exit_code == "0:0"
     assert found["8"].state is JobState.CANCELLED
+
+
+def test_sacct_keeps_the_newest_job_of_a_recycled_id() -> None:
+    text = (
+        "9|FAILED|1:0|node1|00:00:01|2026-01-01T10:00:00\n"
+        "9|COMPLETED|0:0|node[1-2]|00:00:05|2026-12-02T11:00:00\n"
+        "9|FAILED|1:0|node2|00:00:01|2025-06-01T10:00:00\n"
+    )
+    found = parse_sacct(text, {"9"})
+    assert found["9"].state is JobState.COMPLETED and found["9"].nodes == "node[1-2]"
