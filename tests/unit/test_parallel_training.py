@@ -8,17 +8,13 @@ here are also what ``benchmarks/bench_layouts_cpu.py`` drives.
 
 from __future__ import annotations
 
-import json
-import os
-import socket
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from hpctrain import spec
+from tests.integration import _runtime_job as job
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 4
@@ -40,12 +36,6 @@ LAYOUTS: dict[str, dict[str, Any]] = {
     "fsdp_pp": {"dp": 1, "fsdp": 2, "pp": 2, "pp_schedule": "gpipe"},
     "pp_tp": {"dp": 1, "tp": 2, "pp": 2, "pp_schedule": "1f1b"},
 }
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def write_spec(run_dir: Path, parallel: dict[str, Any], world: int, **train: Any) -> Path:
@@ -75,51 +65,15 @@ def write_spec(run_dir: Path, parallel: dict[str, Any], world: int, **train: Any
 
 def launch(run_dir: Path, world: int, timeout: float = 300) -> list[dict[str, Any]]:
     """Run the runtime in ``world`` local processes; returns rank 0's metrics records."""
-    port = free_port()
-    base = {
-        **os.environ,
-        "HPCTRAIN_RUN_DIR": str(run_dir),
-        "OMP_NUM_THREADS": "1",
-        "MASTER_ADDR": "127.0.0.1",
-        "MASTER_PORT": str(port),
-        "WORLD_SIZE": str(world),
-        "PYTHONPATH": str(ROOT),
-    }
-    procs = []
-    for rank in range(world):
-        env = {
-            **base,
-            "RANK": str(rank),
-            "LOCAL_RANK": str(rank),
-            "LOCAL_WORLD_SIZE": str(world),
-            "GROUP_RANK": "0",
-        }
-        log = open(run_dir / f"rank{rank}.log", "w")  # noqa: SIM115 (closed below)
-        procs.append(
-            (
-                subprocess.Popen(
-                    [sys.executable, "-m", "hpctrain.runtime"],
-                    env=env,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    cwd=ROOT,
-                ),
-                log,
-            )
-        )
-    failed = []
-    for rank, (proc, log) in enumerate(procs):
-        try:
-            code = proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            code = -9
-        log.close()
-        if code:
-            failed.append(f"rank {rank} exit {code}:\n" + (run_dir / f"rank{rank}.log").read_text()[-3000:])
+    codes = job.run_local(run_dir, world, timeout=timeout)
+    failed = [
+        f"rank {rank} exit {code}:\n" + (run_dir / "logs" / f"rank-{rank}.log").read_text()[-3000:]
+        for rank, code in enumerate(codes)
+        if code
+    ]
     if failed:
         raise AssertionError("\n".join(failed))
-    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return job.metrics(run_dir)
 
 
 def run_layout(
