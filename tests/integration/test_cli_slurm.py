@@ -159,16 +159,25 @@ def test_unreachable_controller_is_a_clear_error(hpctrain_home: Path, tmp_path: 
 
 
 def test_status_costs_one_squeue_rpc(hpctrain_home: Path) -> None:
-    ids = [
-        submit(JOBS / "digits-ddp.yaml", "train.steps=2", "resources.nodes=1", "resources.gpus_per_node=1")[
-            "job_id"
+    # The jobs wait behind a held job, so nothing starts or ends (and talks to slurmctld) meanwhile.
+    hold = (
+        subprocess.run(
+            ["sbatch", "--parsable", "--hold", "--wrap", "true"], capture_output=True, text=True, check=True
+        )
+        .stdout.strip()
+        .split(";")[0]
+    )
+    try:
+        ids = [
+            submit(JOBS / "digits-ddp.yaml", "train.steps=2", f"dependency=afterok:{hold}")["job_id"]
+            for _ in range(3)
         ]
-        for _ in range(3)
-    ]
-    before = rpc_counts()
-    proc = run_cli("status")
-    after = rpc_counts()
-    assert proc.returncode == 0
+        before = rpc_counts()
+        proc = run_cli("status")
+        after = rpc_counts()
+    finally:
+        subprocess.run(["scancel", hold], check=False)
+    assert proc.returncode == 0 and all(i in proc.stdout for i in ids)
     spent = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     spent = {k: v for k, v in spent.items() if v}
     # sdiag's own request is counted too; everything else is the status poll's.
