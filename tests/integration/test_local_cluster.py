@@ -113,7 +113,12 @@ def test_two_node_gpu_job_runs_and_is_accounted(local_cluster: None) -> None:
         names = out.read_text().split()
     assert sorted(names) == ["node1", "node1", "node2", "node2"]
     rows = wait_for(
-        lambda: [r for r in sacct_job(job_id) if r["JobID"] == job_id and r["State"] == "COMPLETED"],
+        # slurmdbd first records the batch host alone and the full node list a moment later.
+        lambda: [
+            r
+            for r in sacct_job(job_id)
+            if r["JobID"] == job_id and r["State"] == "COMPLETED" and r["NodeList"] == "node[1-2]"
+        ],
         timeout=30,
     )
     assert rows, f"job {job_id} not COMPLETED in sacct: {sacct_job(job_id)}"
