@@ -7,9 +7,10 @@ import json
 import os
 import time
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
+
+import msgspec
 
 # Records that never reached the scheduler carry this state instead of a JobState.
 SUBMIT_FAILED = "SUBMIT_FAILED"
@@ -20,8 +21,7 @@ def home() -> Path:
     return Path(os.environ.get("HPCTRAIN_HOME") or Path.home() / ".hpctrain").expanduser().resolve()
 
 
-@dataclass
-class Run:
+class Run(msgspec.Struct):
     run_id: str
     job_id: str | None
     name: str
@@ -107,7 +107,7 @@ class Index:
         raise RuntimeError("could not create a unique run directory")
 
     def add(self, run: Run) -> None:
-        self._append([{"op": "add", **asdict(run), "run_dir": str(run.run_dir)}])
+        self._append([{"op": "add", **msgspec.structs.asdict(run), "run_dir": str(run.run_dir)}])
         write_record(run)
 
     def update_states(self, changes: Iterable[tuple[Run, str, str]]) -> None:

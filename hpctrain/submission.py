@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
+
+import msgspec
 
 from hpctrain import spec
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import BackendError, JobState
 from hpctrain.records import SUBMIT_FAILED, Index, Run
-from hpctrain.render import render
+from hpctrain.render import render, slurm_directive_path
 
 REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
 
@@ -25,8 +26,7 @@ def site_search_path() -> list[Path]:
     return folders
 
 
-@dataclass
-class Request:
+class Request(msgspec.Struct):
     """What would be submitted: everything is known and checked before the scheduler is asked."""
 
     resolved: spec.Resolved
@@ -44,17 +44,23 @@ def prepare(
     run_dir: Path | None = None,
 ) -> Request:
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
-    job_path = Path(job_path)
+    resolved = load_and_resolve(job_path, site, overrides)
+    template = template_for(backend_name)
+    where = run_dir or Path("/RUN_DIR")  # a dry run has no run directory yet
+    return Request(resolved, render(resolved, where, template=template), template, Path(job_path), site)
+
+
+def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
     job = spec.load_job(job_path, overrides)
     site_profile = spec.load_site(site, site_search_path())
-    resolved = spec.resolve(job, site_profile, str(job_path), str(site))
-    template = "local.sh.j2" if backend_name == "local" else "sbatch.sh.j2"
-    where = run_dir or Path("/RUN_DIR")  # a dry run has no run directory yet
-    return Request(resolved, render(resolved, where, template=template), template, job_path, site)
+    return spec.resolve(job, site_profile, str(job_path), str(site))
 
 
-@dataclass
-class Submitted:
+def template_for(backend_name: str | None) -> str:
+    return "local.sh.j2" if backend_name == "local" else "sbatch.sh.j2"
+
+
+class Submitted(msgspec.Struct):
     run: Run
     error: str | None = None
 
@@ -69,11 +75,12 @@ def submit(
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
     index = index or Index()
     backend = select_backend(backend_name)
-    # Validate before creating anything: a bad spec leaves no half-made run behind.
-    request = prepare(job_path, site, overrides, backend.name)
-    run_id, run_dir = index.new_run_dir(request.resolved.job.name)
-    script = render(request.resolved, run_dir, template=request.template)
-    (run_dir / "spec.json").write_bytes(spec.dumps(request.resolved))
+    # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
+    resolved = load_and_resolve(job_path, site, overrides)
+    slurm_directive_path(index.root / "runs")
+    run_id, run_dir = index.new_run_dir(resolved.job.name)
+    script = render(resolved, run_dir, template=template_for(backend.name))
+    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
     script_path = run_dir / "job.sbatch"
     script_path.write_text(script)
     submitted_with = {
@@ -88,8 +95,8 @@ def submit(
     run = Run(
         run_id,
         None,
-        request.resolved.job.name,
-        request.resolved.site.name,
+        resolved.job.name,
+        resolved.site.name,
         backend.name,
         run_dir,
         now,

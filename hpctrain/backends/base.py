@@ -5,8 +5,9 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from pathlib import Path
+
+import msgspec
 
 from hpctrain.errors import BackendError
 
@@ -81,8 +82,7 @@ def slurm_state(text: str) -> JobState:
     return matches.pop() if len(matches) == 1 else JobState.UNKNOWN
 
 
-@dataclass
-class JobInfo:
+class JobInfo(msgspec.Struct):
     """What one poll knows of one job."""
 
     job_id: str
@@ -93,7 +93,7 @@ class JobInfo:
     elapsed: str = ""
     source: str = ""
     """Where the answer came from (squeue, sacct, scontrol, local, cache): for `status --json`."""
-    extra: dict[str, str] = field(default_factory=dict)
+    extra: dict[str, str] = msgspec.field(default_factory=dict)
 
 
 def merge_component(found: dict[str, JobInfo], info: JobInfo) -> None:

@@ -12,12 +12,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import msgspec
+
     from hpctrain.cli.common import print_json, table
     from hpctrain.records import Index
 
     runs = Index().runs(limit=args.limit)
     if args.json:
-        print_json([{**vars(r), "run_dir": str(r.run_dir)} for r in runs])
+        print_json([{**msgspec.structs.asdict(r), "run_dir": str(r.run_dir)} for r in runs])
         return 0
     rows = [
         [
