@@ -24,8 +24,6 @@ ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 SIGNAL = r"^(SIG)?[A-Z0-9]+$"
 
 SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
-Positive = Annotated[int, Meta(ge=1)]
-NonNegative = Annotated[int, Meta(ge=0)]
 # YAML users write `OMP_NUM_THREADS: 1`; templates render every value as a quoted string.
 EnvValue = str | int | float | bool
 

@@ -31,23 +31,15 @@ class Request(msgspec.Struct):
 
     resolved: spec.Resolved
     script: str
-    template: str
-    job_path: Path
-    site_path: str
 
 
 def prepare(
-    job_path: str | Path,
-    site: str,
-    overrides: list[str] | None = None,
-    backend_name: str | None = None,
-    run_dir: Path | None = None,
+    job_path: str | Path, site: str, overrides: list[str] | None = None, backend_name: str | None = None
 ) -> Request:
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
     resolved = load_and_resolve(job_path, site, overrides)
-    template = template_for(backend_name)
-    where = run_dir or Path("/RUN_DIR")  # a dry run has no run directory yet
-    return Request(resolved, render(resolved, where, template=template), template, Path(job_path), site)
+    # A dry run has no run directory yet: the script shows where it would be.
+    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template_for(backend_name)))
 
 
 def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
