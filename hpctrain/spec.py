@@ -15,6 +15,7 @@ import msgspec
 from msgspec import Meta
 
 from hpctrain.errors import SpecError
+from hpctrain.layout import DIMS, Layout, LayoutError, check_request
 
 # Values that land in `#SBATCH` lines or in Slurm command arguments. Slurm parses directives itself,
 # so shell quoting cannot protect them: they are restricted to characters with no meaning to sbatch.
@@ -159,44 +160,16 @@ class Parallel(Base):
     ] = None
 
     def __post_init__(self) -> None:
-        dims = {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp}
-        for key, value in dims.items():
-            if value == 0 or value < -1:
-                raise ValueError(f"{key}: must be >= 1 or -1, got {value}")
-        if sum(1 for v in dims.values() if v == -1) > 1:
-            raise ValueError("at most one of dp/fsdp/tp/pp may be -1")
-
-    def resolved(self, world_size: int) -> "Parallel":
-        """The dims with -1 filled in; raises ValueError naming the conflict."""
-        dims = {"dp": self.dp, "fsdp": self.fsdp, "tp": self.tp, "pp": self.pp}
-        fixed = 1
-        for value in dims.values():
-            if value != -1:
-                fixed *= value
-        free = [k for k, v in dims.items() if v == -1]
-        if free:
-            if world_size % fixed:
-                raise ValueError(
-                    f"{' x '.join(f'{k}={v}' for k, v in dims.items() if v != -1)} = {fixed} "
-                    f"does not divide the world size {world_size}"
-                )
-            dims[free[0]] = world_size // fixed
-        product = dims["dp"] * dims["fsdp"] * dims["tp"] * dims["pp"]
-        if product != world_size:
-            raise ValueError(
-                f"dp*fsdp*tp*pp = {dims['dp']}*{dims['fsdp']}*{dims['tp']}*{dims['pp']} = {product}"
-                f" but the job has {world_size} tasks"
-            )
-        return msgspec.structs.replace(self, **dims)
+        check_request(self.degrees)
 
     @property
-    def kind(self) -> str:
-        """One word for logs and status: ddp, fsdp, tp, pp, ps or a product like fsdp x tp."""
-        if self.ps is not None:
-            return "ps"
-        parts = [k for k in ("dp", "fsdp", "tp", "pp") if getattr(self, k) not in (1,)]
-        parts = ["ddp" if p == "dp" else p for p in parts]
-        return "x".join(parts) or "single"
+    def degrees(self) -> dict[str, int]:
+        """The requested degree of every dim (-1: the rest of the world)."""
+        return {name: getattr(self, name) for name in DIMS}
+
+    def layout(self, world_size: int, tasks_per_node: int | None = None) -> Layout:
+        """The validated layout of these dims on ``world_size`` tasks; LayoutError names the dim."""
+        return Layout.plan(self.degrees, world_size, tasks_per_node)
 
 
 SHORTHANDS: dict[str, Parallel] = {
@@ -596,20 +569,14 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
         parallel = dims
     else:
         try:
-            parallel = dims.resolved(world_size)
-        except ValueError as err:
-            raise SpecError(f"{job_origin}: train.parallel: {err}") from None
-        per_node = res.ntasks_per_node
-        if parallel.tp > 1 and (parallel.tp > per_node or per_node % parallel.tp):
-            raise SpecError(
-                f"{job_origin}: train.parallel.tp: tp={parallel.tp} must fit inside one node "
-                f"({per_node} tasks per node)"
+            layout = dims.layout(world_size, res.ntasks_per_node)
+            layout.check_batch(job.train.batch_size, job.train.grad_accum)
+        except LayoutError as err:
+            where = {"batch_size": "train.batch_size", "": "train.parallel"}.get(
+                err.field, f"train.parallel.{err.field}"
             )
-        if job.train.batch_size % (parallel.dp * parallel.fsdp * job.train.grad_accum):
-            raise SpecError(
-                f"{job_origin}: train.batch_size: {job.train.batch_size} is not divisible by "
-                f"dp*fsdp*grad_accum = {parallel.dp * parallel.fsdp * job.train.grad_accum}"
-            )
+            raise SpecError(f"{job_origin}: {where}: {err.problem}") from None
+        parallel = msgspec.structs.replace(dims, **layout.degrees)
     return Resolved(job=job, site=site, partition=part_name, world_size=world_size, parallel=parallel)
 
 

@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from hpctrain import spec
-from hpctrain.runtime import bootstrap, logs, signals
+from hpctrain.runtime import bootstrap, logs, mesh, signals
 
 log = logging.getLogger("hpctrain.runtime")
 
@@ -24,12 +24,6 @@ def run_dir_from_env() -> Path:
     if not value:
         raise SystemExit("hpctrain.runtime: HPCTRAIN_RUN_DIR is not set (the run directory with spec.json)")
     return Path(value).resolve()
-
-
-def backend_for(resolved: spec.Resolved) -> str:
-    import torch
-
-    return "nccl" if resolved.job.resources.gpus_per_node > 0 and torch.cuda.is_available() else "gloo"
 
 
 def set_network_env(resolved: spec.Resolved) -> None:
@@ -75,7 +69,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         return 0
     from hpctrain.runtime.train import Trainer
 
-    bootstrap.init_process_group(info, backend_for(resolved), resolved.job.train.timeout_s)
+    bootstrap.init_process_group(info, mesh.backend(resolved), resolved.job.train.timeout_s)
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",
         info.rank,

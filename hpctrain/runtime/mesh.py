@@ -1,78 +1,100 @@
-"""The job's DeviceMesh over ("pp", "dp", "fsdp", "tp"), and each rank's coordinate in it.
+"""The runtime half of the layout: the GPU/CPU decision, the process-group backend and the job's DeviceMesh.
 
-Ranks are laid out with tp innermost (tensor-parallel peers are consecutive ranks, so on one
-node), then fsdp, then dp, then pp outermost:
-``rank = ((pp_i * dp + dp_i) * fsdp + fsdp_i) * tp + tp_i``.
-The coordinate arithmetic is pure, so it is tested without a process group.
+``hpctrain.layout.Layout`` says which dims are active and how ranks map onto them; this module
+turns that into torch objects. :func:`device_type` is the only place that decides between GPU and
+CPU; the backend, the task's device and the mesh all follow from it.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
+from hpctrain.layout import Layout
 
 if TYPE_CHECKING:
+    import torch
     from torch.distributed.device_mesh import DeviceMesh
 
-    from hpctrain.spec import Parallel, Resolved
+    from hpctrain.spec import Resolved
 
-DIMS: tuple[str, ...] = ("pp", "dp", "fsdp", "tp")
-
-
-def sizes(parallel: Parallel) -> dict[str, int]:
-    return {name: int(getattr(parallel, name)) for name in DIMS}
+DeviceType = Literal["cuda", "cpu"]
+BACKENDS: dict[str, str] = {"cuda": "nccl", "cpu": "gloo"}
 
 
-def coordinates(rank: int, parallel: Parallel) -> dict[str, int]:
-    """This rank's index along every dimension (size-1 dims give 0)."""
-    coords: dict[str, int] = {}
-    rest = rank
-    for name in reversed(DIMS):
-        size = sizes(parallel)[name]
-        coords[name] = rest % size
-        rest //= size
-    if rest:
-        raise ValueError(f"rank {rank} is outside the {'x'.join(map(str, sizes(parallel).values()))} mesh")
-    return {name: coords[name] for name in DIMS}
+def device_type(resolved: Resolved) -> DeviceType:
+    """cuda when the job asked for GPUs and this machine has CUDA, else cpu."""
+    import torch
+
+    return "cuda" if resolved.job.resources.gpus_per_node > 0 and torch.cuda.is_available() else "cpu"
 
 
-def data_coordinate(rank: int, parallel: Parallel) -> tuple[int, int]:
-    """(data_rank, data_world): which shard of the data this rank reads, out of dp x fsdp.
+def backend(resolved: Resolved) -> str:
+    """The process-group backend for this job on this machine: nccl on GPUs, gloo on CPUs."""
+    return BACKENDS[device_type(resolved)]
 
-    tp and pp peers of one data-parallel replica read the same shard.
+
+def job_layout(resolved: Resolved) -> Layout:
+    """The job's layout, planned from the spec's request so the dims it asked for with -1 stay active."""
+    return resolved.job.train.parallel_dims.layout(resolved.world_size)
+
+
+def build_mesh(layout: Layout, kind: DeviceType) -> DeviceMesh | None:
+    """One DeviceMesh over the layout's active dims (in mesh order), or None when none is active.
+
+    A job with only data parallelism gets a 1-D ("dp",) mesh. Needs the default process group.
     """
-    coords = coordinates(rank, parallel)
-    dims = sizes(parallel)
-    return coords["dp"] * dims["fsdp"] + coords["fsdp"], dims["dp"] * dims["fsdp"]
-
-
-def requested_dims(resolved: Resolved) -> tuple[str, ...]:
-    """The model-parallel dims the spec asked for with -1 ("all ranks"): kept even at size 1.
-
-    So `parallel: fsdp` on one GPU runs FSDP's code path, not a plain single-process loop: a job
-    tried on one device exercises the layout it will use on many.
-    """
-    asked = resolved.job.train.parallel_dims
-    return tuple(name for name in ("pp", "fsdp", "tp") if getattr(asked, name) == -1)
-
-
-def build_mesh(
-    parallel: Parallel, world_size: int, device_type: str, keep: tuple[str, ...] = ()
-) -> DeviceMesh | None:
-    """One DeviceMesh with the dims of size > 1 and the `keep` dims (in DIMS order), or None.
-
-    A job with only data parallelism gets a 1-D ("dp",) mesh; a single process with nothing to keep
-    gets None. Needs the default process group.
-    """
+    import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
 
-    dims = sizes(parallel)
-    product = 1
-    for value in dims.values():
-        product *= value
-    if product != world_size:
-        raise ValueError(f"parallel dims {dims} multiply to {product}, not the world size {world_size}")
-    names = tuple(name for name in DIMS if dims[name] > 1 or name in keep)
-    if not names:
+    world = dist.get_world_size()
+    if world != layout.world_size:
+        raise ValueError(f"the layout {layout.degrees} needs {layout.world_size} ranks, the job has {world}")
+    if not layout.mesh_dims:
         return None
-    shape = tuple(dims[name] for name in names)
-    return init_device_mesh(device_type, shape, mesh_dim_names=names)
+    return init_device_mesh(kind, layout.mesh_shape, mesh_dim_names=layout.mesh_dims)
+
+
+def submesh(mesh: DeviceMesh | None, names: Sequence[str]) -> DeviceMesh | None:
+    """The sub-mesh over those of ``names`` that the mesh has (it holds only the active dims)."""
+    if mesh is None or mesh.mesh_dim_names is None:
+        return None
+    present = tuple(name for name in names if name in mesh.mesh_dim_names)
+    if not present:
+        return None
+    return mesh[present[0]] if len(present) == 1 else mesh[present]
+
+
+def bind_device(kind: DeviceType, local_rank: int) -> torch.device:
+    """cuda:<local rank> (made current) on GPU jobs, else the CPU.
+
+    Binds by local rank instead of trusting CUDA_VISIBLE_DEVICES, which some sites (and the local
+    fake-GPU cluster) leave unset.
+    """
+    import torch
+
+    if kind == "cuda":
+        index = local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one task computes: the job's layout, this task's device and the job's DeviceMesh."""
+
+    layout: Layout
+    device: torch.device
+    mesh: DeviceMesh | None
+
+    @classmethod
+    def for_task(cls, resolved: Resolved, local_rank: int) -> Placement:
+        """Decide the device once, then bind it and build the mesh (needs the process group)."""
+        kind = device_type(resolved)
+        layout = job_layout(resolved)
+        return cls(layout=layout, device=bind_device(kind, local_rank), mesh=build_mesh(layout, kind))
+
+    def submesh(self, names: Sequence[str]) -> DeviceMesh | None:
+        return submesh(self.mesh, names)

@@ -1,4 +1,4 @@
-"""Mesh coordinates, data-parallel coordinate, layout dispatch and the LR schedule."""
+"""Mesh coordinates, data-parallel coordinate, strategy dispatch and the LR schedule."""
 
 from __future__ import annotations
 
@@ -8,60 +8,72 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.runtime.mesh import coordinates, data_coordinate
-from hpctrain.runtime.parallel import layout_module
+from hpctrain import spec
+from hpctrain.layout import Layout
+from hpctrain.runtime.parallel import STRATEGIES, layout_module
+from hpctrain.runtime.parallel.base import SingleStrategy
+from hpctrain.runtime.parallel.ddp import DDPStrategy
+from hpctrain.runtime.parallel.fsdp import ShardedStrategy
+from hpctrain.runtime.parallel.pp import PipelineStrategy
 from hpctrain.runtime.train import lr_factor
-from hpctrain.spec import Parallel, ParameterServer, Resolved, load_site
+
+SITE = Path(__file__).resolve().parents[2] / "site-configs" / "local.yaml"
 
 
 def test_tp_is_innermost_and_pp_outermost() -> None:
-    dims = Parallel(pp=2, dp=2, fsdp=1, tp=2)
-    assert coordinates(0, dims) == {"pp": 0, "dp": 0, "fsdp": 0, "tp": 0}
-    assert coordinates(1, dims) == {"pp": 0, "dp": 0, "fsdp": 0, "tp": 1}
-    assert coordinates(2, dims) == {"pp": 0, "dp": 1, "fsdp": 0, "tp": 0}
-    assert coordinates(7, dims) == {"pp": 1, "dp": 1, "fsdp": 0, "tp": 1}
+    layout = Layout(world_size=8, pp=2, dp=2, fsdp=1, tp=2)
+    assert layout.coordinates(0) == {"pp": 0, "dp": 0, "fsdp": 0, "tp": 0}
+    assert layout.coordinates(1) == {"pp": 0, "dp": 0, "fsdp": 0, "tp": 1}
+    assert layout.coordinates(2) == {"pp": 0, "dp": 1, "fsdp": 0, "tp": 0}
+    assert layout.coordinates(7) == {"pp": 1, "dp": 1, "fsdp": 0, "tp": 1}
     with pytest.raises(ValueError):
-        coordinates(8, dims)
+        layout.coordinates(8)
 
 
 def test_data_coordinate_is_dp_by_fsdp_and_shared_by_tp_pp_peers() -> None:
-    dims = Parallel(pp=2, dp=2, fsdp=2, tp=2)
-    coords = [data_coordinate(rank, dims) for rank in range(16)]
+    layout = Layout(world_size=16, pp=2, dp=2, fsdp=2, tp=2)
+    coords = [layout.data_coordinate(rank) for rank in range(16)]
     assert {world for _, world in coords} == {4}
     assert coords[0] == coords[1] == coords[8] == (0, 4)  # tp peer, pp peer
     assert [c[0] for c in coords[:8:2]] == [0, 1, 2, 3]
 
 
-def _resolved(parallel: Parallel, world: int) -> Resolved:
-    from hpctrain.spec import JobSpec, Train
-
-    job = JobSpec(name="x", train=Train(entrypoint="m:f"))
-    return Resolved(
-        job=job,
-        site=load_site(Path(__file__).resolve().parents[2] / "site-configs" / "local.yaml"),
-        partition="cpu",
-        world_size=world,
-        parallel=parallel,
+def _resolved(parallel: dict[str, object], tasks: int) -> spec.Resolved:
+    job = spec.decode(
+        spec.JobSpec,
+        {
+            "name": "x",
+            "train": {"entrypoint": "m:f", "parallel": parallel, "batch_size": 16},
+            "resources": {"nodes": 1, "tasks_per_node": tasks, "partition": "cpu"},
+        },
+        "test",
     )
+    return spec.resolve(job, spec.load_site(SITE))
 
 
 @pytest.mark.parametrize(
-    ("dims", "world", "module"),
+    ("parallel", "tasks", "module", "strategy"),
     [
-        (Parallel(dp=1), 1, "single"),
-        (Parallel(dp=4), 4, "ddp"),
-        (Parallel(dp=2, fsdp=2), 4, "fsdp"),
-        (Parallel(dp=1, fsdp=2, tp=2), 4, "tp"),
-        (Parallel(dp=1, tp=2, pp=2), 4, "pp"),
+        ("ddp", 1, "single", SingleStrategy),
+        ("ddp", 4, "ddp", DDPStrategy),
+        ({"dp": 2, "fsdp": 2}, 4, "fsdp", ShardedStrategy),
+        ({"dp": 1, "fsdp": 2, "tp": 2}, 4, "tp", ShardedStrategy),
+        ({"dp": 1, "tp": 2, "pp": 2}, 4, "pp", PipelineStrategy),
+        # Asked for with -1 on one task: the layout's own code path, not a plain loop.
+        ("fsdp", 1, "fsdp", ShardedStrategy),
+        ("tp", 1, "tp", ShardedStrategy),
+        ("pp", 1, "pp", PipelineStrategy),
     ],
 )
-def test_layout_dispatch(dims: Parallel, world: int, module: str) -> None:
-    assert layout_module(_resolved(dims, world)) == module
+def test_strategy_dispatch(parallel: object, tasks: int, module: str, strategy: type) -> None:
+    resolved = _resolved(parallel, tasks)  # type: ignore[arg-type]
+    assert layout_module(resolved) == module
+    assert STRATEGIES[module] is strategy
 
 
 def test_ps_jobs_have_no_collective_layout() -> None:
     with pytest.raises(ValueError):
-        layout_module(_resolved(Parallel(ps=ParameterServer()), 4))
+        layout_module(_resolved({"ps": {"heterogeneous": False}}, 4))
 
 
 def test_lr_warmup_then_cosine_to_zero() -> None:

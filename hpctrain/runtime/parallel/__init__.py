@@ -1,44 +1,50 @@
 """One module per parallelism; each wraps the user's model for a slice of the device mesh.
 
-``build_strategy`` picks the layout from the resolved dims: DDP (or a single process) here, and
-for any fsdp/tp/pp dim > 1 the module ``hpctrain.runtime.parallel.<fsdp|tp|pp>`` by name, each
-exposing ``build(resolved, dist, mesh, task) -> Strategy``. Combined layouts go to the outermost
-special dim's module (pp, then tp, then fsdp), which composes the inner ones itself.
+``build_strategy`` looks up the strategy class for the job's layout (``Layout.strategy``) in
+:data:`STRATEGIES`. Combined layouts go to the outermost active model-parallel dim (pp, then tp,
+then fsdp), whose strategy composes the inner ones itself: the pipeline wraps its stages with
+tp and FSDP2/DDP, and the sharded strategy applies tp before FSDP2.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING
 
-from hpctrain.runtime.mesh import requested_dims
+import torch.distributed as dist
+
+from hpctrain.runtime.mesh import job_layout
 from hpctrain.runtime.parallel.base import SingleStrategy, Strategy
+from hpctrain.runtime.parallel.ddp import DDPStrategy
+from hpctrain.runtime.parallel.fsdp import ShardedStrategy
+from hpctrain.runtime.parallel.pp import PipelineStrategy
 
 if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
     from hpctrain.runtime.bootstrap import DistInfo
+    from hpctrain.runtime.mesh import Placement
     from hpctrain.runtime.task import Task
     from hpctrain.spec import Resolved
 
-__all__ = ["Strategy", "build_strategy", "layout_module"]
+__all__ = ["STRATEGIES", "Strategy", "build_strategy", "layout_module"]
+
+STRATEGIES: dict[str, type[Strategy]] = {
+    "single": SingleStrategy,
+    "ddp": DDPStrategy,
+    "fsdp": ShardedStrategy,
+    "tp": ShardedStrategy,
+    "pp": PipelineStrategy,
+}
+"""``Layout.strategy`` -> the class that runs it."""
 
 
 def layout_module(resolved: Resolved) -> str:
-    """The module name that builds this job's strategy: single, ddp, fsdp, tp or pp."""
-    dims = resolved.parallel
-    if dims.ps is not None:
+    """The name of this job's strategy (single, ddp, fsdp, tp or pp), as metrics and results record it."""
+    if resolved.parallel.ps is not None:
         raise ValueError("parameter-server jobs do not use a collective strategy")
-    kept = requested_dims(resolved)
-    for name in ("pp", "tp", "fsdp"):
-        if getattr(dims, name) > 1 or name in kept:
-            return name
-    return "ddp" if resolved.world_size > 1 else "single"
+    return job_layout(resolved).strategy
 
 
-def build_strategy(resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> Strategy:
-    name = layout_module(resolved)
-    if name == "single":
-        return SingleStrategy(resolved, dist, mesh, task)
-    module = importlib.import_module(f"hpctrain.runtime.parallel.{name}")
-    return module.build(resolved, dist, mesh, task)
+def build_strategy(resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> Strategy:
+    name = placement.layout.strategy
+    if name != "single" and not dist.is_initialized():
+        raise RuntimeError(f"the {name} strategy needs the process group")
+    return STRATEGIES[name](resolved, dist_info, placement, task)

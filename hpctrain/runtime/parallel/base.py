@@ -1,7 +1,8 @@
 """The Strategy interface: how one parallel layout wraps the model, runs a step and reports memory.
 
 A strategy is built once per task by ``hpctrain.runtime.parallel.build_strategy`` after the process
-group and the device mesh exist, and the training loop (``hpctrain.runtime.train``) drives it
+group and the task's :class:`~hpctrain.runtime.mesh.Placement` (layout, device, DeviceMesh) exist,
+and the training loop (``hpctrain.runtime.train``) drives it
 without knowing the layout. The loop owns everything around the strategy:
 
 * the optimizer, built over ``strategy.model.parameters()`` (so sharded parameters are what the
@@ -14,9 +15,10 @@ without knowing the layout. The loop owns everything around the strategy:
   (FSDP2, TP) is saved and reloaded without extra code;
 * metrics, preemption, evaluation bookkeeping and the final export call.
 
-A layout module (``parallel/fsdp.py``, ``tp.py``, ``pp.py``) exposes
-``build(resolved, dist, mesh, task) -> Strategy`` and subclasses :class:`Strategy`; the base class
-gives working defaults for everything except :meth:`Strategy.train_step`.
+A layout module (``parallel/ddp.py``, ``fsdp.py``, ``pp.py``) subclasses :class:`Strategy`, with
+the constructor ``(resolved, dist, placement, task)``, and is listed in the table of
+``parallel/__init__.py``; the base class gives working defaults for everything except
+:meth:`Strategy.train_step`.
 
 Pipeline strategies own the loss computation: ``train_step`` receives ``loss_fn`` and must hand it
 to the pipeline schedule (only the last stage computes it), and ``eval_forward`` returns outputs on
@@ -37,9 +39,8 @@ from torch import nn
 from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
     from hpctrain.runtime.bootstrap import DistInfo
+    from hpctrain.runtime.mesh import Placement
     from hpctrain.spec import Resolved
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -56,6 +57,8 @@ class Strategy(ABC):
         (e.g. the ``DistributedDataParallel`` wrapper, the ``fully_shard``-ed module, or this
         rank's pipeline stage). ``get_state_dict`` strips wrapper prefixes, so checkpoints keep
         the user's parameter names.
+    ``layout``
+        The job's :class:`hpctrain.layout.Layout`: degrees, active dims, rank coordinates.
     ``device``
         Where batches go (``cuda:<local rank>`` or ``cpu``).
     ``data_rank`` / ``data_world``
@@ -66,17 +69,17 @@ class Strategy(ABC):
 
     name: str = "base"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> None:
-        from hpctrain.runtime.mesh import data_coordinate
-
+    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
         self.resolved = resolved
         self.dist = dist
-        self.mesh = mesh
+        self.placement = placement
+        self.layout = placement.layout
+        self.mesh = placement.mesh
+        self.device = placement.device
         self.task = task
         self.train = resolved.job.train
-        self.device = select_device(resolved, dist)
         self.amp_dtype = autocast_dtype(self.train.precision, self.device)
-        self.data_rank, self.data_world = data_coordinate(dist.rank, resolved.parallel)
+        self.data_rank, self.data_world = self.layout.data_coordinate(dist.rank)
         self.model: nn.Module = task.model
 
     # ------------------------------------------------------------------------------------------
@@ -163,8 +166,8 @@ class SingleStrategy(Strategy):
 
     name = "single"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> None:
-        super().__init__(resolved, dist, mesh, task)
+    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
+        super().__init__(resolved, dist, placement, task)
         self.model = task.model.to(self.device)
         maybe_compile(self.model, self.train.compile)
 
@@ -207,19 +210,6 @@ def maybe_compile(module: nn.Module, enabled: bool) -> None:
     """torch.compile in place (``nn.Module.compile``) so state-dict keys keep the user's names."""
     if enabled:
         module.compile()
-
-
-def select_device(resolved: Resolved, dist: DistInfo) -> torch.device:
-    """cuda:<local rank> when the job asked for GPUs and CUDA exists, else the CPU.
-
-    Binds by local rank instead of trusting CUDA_VISIBLE_DEVICES, which some sites (and the local
-    fake-GPU cluster) leave unset.
-    """
-    if resolved.job.resources.gpus_per_node > 0 and torch.cuda.is_available():
-        index = dist.local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:

@@ -14,9 +14,8 @@ from hpctrain.runtime.parallel.base import LossFn, Strategy, accumulate, maybe_c
 from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
     from hpctrain.runtime.bootstrap import DistInfo
+    from hpctrain.runtime.mesh import Placement
     from hpctrain.spec import Resolved
 
 log = logging.getLogger(__name__)
@@ -30,15 +29,15 @@ BUCKET_CAP_MB_CPU = 50
 class DDPStrategy(Strategy):
     name = "ddp"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> None:
-        super().__init__(resolved, dist, mesh, task)
+    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
+        super().__init__(resolved, dist, placement, task)
         module = task.model.to(self.device)
         maybe_compile(module, self.train.compile)
         on_gpu = self.device.type == "cuda"
         self.ddp = DistributedDataParallel(
             module,
             device_ids=[self.device.index] if on_gpu else None,
-            process_group=mesh.get_group("dp") if mesh is not None else None,
+            process_group=self.mesh.get_group("dp") if self.mesh is not None else None,
             bucket_cap_mb=BUCKET_CAP_MB_GPU if on_gpu else BUCKET_CAP_MB_CPU,
             # Grads become views into the buckets: one copy fewer per step, less memory.
             gradient_as_bucket_view=True,
@@ -60,7 +59,3 @@ class DDPStrategy(Strategy):
 
     def train_step(self, microbatches: Sequence[Batch], loss_fn: LossFn) -> torch.Tensor:
         return accumulate(self.ddp, microbatches, loss_fn, self.autocast, self._sync)
-
-
-def build(resolved: Resolved, dist: DistInfo, mesh: DeviceMesh | None, task: Task) -> Strategy:
-    return DDPStrategy(resolved, dist, mesh, task)

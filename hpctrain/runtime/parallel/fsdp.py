@@ -22,33 +22,30 @@ from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
-import torch.distributed as dist
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from hpctrain.runtime.parallel.base import LossFn, Strategy, accumulate, maybe_compile
+from hpctrain.runtime.parallel.dtensors import (
+    align_grad_placements,
+    clip_scaled,
+    grad_norm_squared,
+    local_output,
+    plain_loss,
+)
+from hpctrain.runtime.parallel.tp import apply_tensor_parallel
 from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
     from hpctrain.runtime.bootstrap import DistInfo
+    from hpctrain.runtime.mesh import Placement
     from hpctrain.spec import Resolved
 
 
 # ----------------------------------------------------------------------------------------------
-# Helpers shared with tp.py and pp.py
+# FSDP2 pieces (pp.py wraps its stages with them too)
 # ----------------------------------------------------------------------------------------------
-
-
-def submesh(mesh: DeviceMesh | None, names: Sequence[str]) -> DeviceMesh | None:
-    """The sub-mesh over those of ``names`` that the job's mesh has (it keeps only dims > 1)."""
-    if mesh is None or mesh.mesh_dim_names is None:
-        return None
-    present = tuple(name for name in names if name in mesh.mesh_dim_names)
-    if not present:
-        return None
-    return mesh[present[0]] if len(present) == 1 else mesh[present]
 
 
 def apply_fsdp(
@@ -91,61 +88,6 @@ def gradient_sync(model: nn.Module, enabled: bool) -> Iterator[None]:
     yield
 
 
-def grad_norm_squared(params: Sequence[nn.Parameter]) -> torch.Tensor:
-    """Sum of squared gradient entries over the whole (sharded) model, as a local fp32 scalar.
-
-    Grouped by (mesh, placements) so each group of DTensors costs one reduction; plain tensors
-    (replicated across the ranks that hold them) count as they are. ``clip_grad_norm_`` cannot mix
-    DTensors of different meshes (TP's 2-D and the root's 1-D ones), hence this.
-    """
-    groups: dict[Any, list[torch.Tensor]] = {}
-    total = torch.zeros((), dtype=torch.float32)
-    for param in params:
-        grad = param.grad
-        if grad is None:
-            continue
-        if isinstance(grad, DTensor):
-            groups.setdefault((grad.device_mesh, grad.placements), []).append(grad)
-        else:
-            total = total.to(grad.device) + grad.detach().float().pow(2).sum()
-    for grads in groups.values():
-        squares = torch.stack([g.float().pow(2).sum() for g in grads]).sum()
-        total = total.to(squares.device) + squares.full_tensor()
-    return total
-
-
-def clip_scaled(params: Sequence[nn.Parameter], total_norm: torch.Tensor, max_norm: float) -> None:
-    """Scale every gradient by ``min(1, max_norm / total_norm)`` in place."""
-    # One host sync per step, and a plain float multiplies DTensor and tensor gradients alike.
-    coef = float(torch.clamp(max_norm / (total_norm + 1e-6), max=1.0))
-    if coef < 1.0:
-        for param in params:
-            if param.grad is not None:
-                param.grad.mul_(coef)
-
-
-def align_grad_placements(params: Sequence[nn.Parameter]) -> None:
-    """Give each DTensor gradient its parameter's placements.
-
-    A vocab-sharded embedding's gradient comes back replicated (full size) from TP's backward;
-    resharding it (a local slice) keeps gradient memory and the optimizer's work per shard.
-    """
-    for param in params:
-        grad = param.grad
-        if isinstance(grad, DTensor) and isinstance(param, DTensor) and grad.placements != param.placements:
-            param.grad = grad.redistribute(param.device_mesh, param.placements)
-
-
-def local_output(out: torch.Tensor) -> torch.Tensor:
-    """Full logits from a vocab-sharded DTensor (evaluation and metrics need the whole row)."""
-    return out.full_tensor() if isinstance(out, DTensor) else out
-
-
-def plain_loss(loss: torch.Tensor) -> torch.Tensor:
-    """A loss computed under ``loss_parallel`` is a replicated DTensor; the loop wants a tensor."""
-    return loss.full_tensor() if isinstance(loss, DTensor) else loss
-
-
 # ----------------------------------------------------------------------------------------------
 # The strategy
 # ----------------------------------------------------------------------------------------------
@@ -156,24 +98,21 @@ class ShardedStrategy(Strategy):
 
     name = "fsdp"
 
-    def __init__(self, resolved: Resolved, dist_info: DistInfo, mesh: DeviceMesh | None, task: Task) -> None:
-        from hpctrain.runtime.parallel.tp import apply_tensor_parallel
-
-        super().__init__(resolved, dist_info, mesh, task)
-        dims = resolved.parallel
+    def __init__(self, resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> None:
+        super().__init__(resolved, dist_info, placement, task)
         model = task.model.to(self.device)
-        self.tensor_parallel = dims.tp > 1 or (mesh is not None and "tp" in (mesh.mesh_dim_names or ()))
+        self.tensor_parallel = self.layout.tp_enabled
         if self.tensor_parallel:
-            apply_tensor_parallel(model, task, mesh)
-        data_mesh = submesh(mesh, ("dp", "fsdp"))
+            apply_tensor_parallel(model, task, placement.submesh(("tp",)))
+        data_mesh = placement.submesh(("dp", "fsdp"))
         if data_mesh is not None:
             units = task.shard_units(model) if task.shard_units is not None else []
-            apply_fsdp(model, units, data_mesh, dims.reshard_after_forward, fsdp_param_dtype(self))
+            apply_fsdp(
+                model, units, data_mesh, resolved.parallel.reshard_after_forward, fsdp_param_dtype(self)
+            )
         maybe_compile(model, self.train.compile)
         self.model = model
-        present = mesh.mesh_dim_names or () if mesh is not None else ()
-        used = [name for name in ("dp", "fsdp", "tp") if getattr(dims, name) > 1 or name in present]
-        self.name = "x".join(used).replace("dpxfsdp", "hsdp") or "single"
+        self.name = self.layout.name
 
     def _step_context(self, last: bool) -> contextlib.AbstractContextManager[Any]:
         stack = contextlib.ExitStack()
@@ -203,14 +142,8 @@ class ShardedStrategy(Strategy):
         return total
 
     def describe(self) -> str:
-        dims = self.resolved.parallel
+        layout = self.layout
         return (
-            f"{self.name} (dp={dims.dp} fsdp={dims.fsdp} tp={dims.tp}, "
-            f"reshard_after_forward={dims.reshard_after_forward}) " + super().describe()
+            f"{self.name} (dp={layout.dp} fsdp={layout.fsdp} tp={layout.tp}, "
+            f"reshard_after_forward={self.resolved.parallel.reshard_after_forward}) " + super().describe()
         )
-
-
-def build(resolved: Resolved, dist_info: DistInfo, mesh: DeviceMesh | None, task: Task) -> Strategy:
-    if not dist.is_initialized():
-        raise RuntimeError("fsdp needs the process group (world size > 1)")
-    return ShardedStrategy(resolved, dist_info, mesh, task)

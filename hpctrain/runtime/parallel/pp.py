@@ -16,32 +16,28 @@ from __future__ import annotations
 import contextlib
 import copy
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpctrain.runtime.mesh import coordinates
 from hpctrain.runtime.parallel.base import LossFn, Strategy
-from hpctrain.runtime.parallel.fsdp import (
+from hpctrain.runtime.parallel.dtensors import (
     align_grad_placements,
-    apply_fsdp,
     clip_scaled,
-    fsdp_param_dtype,
     grad_norm_squared,
     local_output,
     plain_loss,
-    submesh,
 )
+from hpctrain.runtime.parallel.fsdp import apply_fsdp, fsdp_param_dtype
 from hpctrain.runtime.parallel.tp import apply_tensor_parallel
 from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
-    from torch.distributed.device_mesh import DeviceMesh
-
     from hpctrain.runtime.bootstrap import DistInfo
+    from hpctrain.runtime.mesh import Placement
     from hpctrain.spec import Resolved
 
 log = logging.getLogger(__name__)
@@ -94,25 +90,25 @@ class PipelineStrategy(Strategy):
 
     name = "pp"
 
-    def __init__(self, resolved: Resolved, dist_info: DistInfo, mesh: DeviceMesh | None, task: Task) -> None:
+    def __init__(self, resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> None:
         from torch.distributed.pipelining import PipelineStage
 
-        super().__init__(resolved, dist_info, mesh, task)
+        super().__init__(resolved, dist_info, placement, task)
         if task.pipeline_split is None:
             raise ValueError("train.parallel.pp > 1 but the entrypoint's Task has no pipeline_split")
         dims = resolved.parallel
-        pp_mesh = submesh(mesh, ("pp",))
-        assert pp_mesh is not None, "pp > 1 implies a 'pp' mesh dim"
+        pp_mesh = placement.submesh(("pp",))
+        assert pp_mesh is not None, "an active pp dim is a mesh dim"
         self.pp_group = pp_mesh.get_group()
-        self.pp_rank, self.pp_size = coordinates(dist_info.rank, dims)["pp"], dims.pp
+        self.pp_rank, self.pp_size = self.layout.coordinates(dist_info.rank)["pp"], self.layout.pp
         self.schedule_name, stage_ids, chunks = self._split(task, dims.pp_schedule)
         self.total_stages = self.pp_size * len(stage_ids)
         self.chunks = chunks
         stages = []
         for stage_id, chunk in zip(stage_ids, chunks, strict=True):
             chunk.to(self.device)
-            if dims.tp > 1:
-                apply_tensor_parallel(chunk, task, mesh)
+            if self.layout.tp_enabled:
+                apply_tensor_parallel(chunk, task, placement.submesh(("tp",)))
             stages.append(
                 PipelineStage(
                     self._wrap(chunk, task, len(chunks)),
@@ -135,8 +131,7 @@ class PipelineStrategy(Strategy):
         self.model = union_view(task.model, chunks)
         # Eval batches are padded to the training batch: stages fix their p2p shapes on first use.
         self.batch_rows = self.train.batch_size // self.data_world
-        present = mesh.mesh_dim_names or () if mesh is not None else ()
-        self.name = "x".join(n for n in ("pp", "dp", "fsdp", "tp") if getattr(dims, n) > 1 or n in present)
+        self.name = self.layout.name
 
     def _split(self, task: Task, schedule: str) -> tuple[str, list[int], list[nn.Module]]:
         """(schedule, this rank's stage ids, their modules); interleaved falls back to 1F1B."""
@@ -157,15 +152,16 @@ class PipelineStrategy(Strategy):
         Interleaved stages use FSDP2 over dp even then: DDP's reducer miscounts gradients under
         the multi-stage schedule's split backward (an internal assert in reducer.cpp).
         """
-        dims = self.resolved.parallel
-        if dims.fsdp > 1 or (dims.dp > 1 and chunks > 1):
-            data_mesh = submesh(self.mesh, ("dp", "fsdp"))
+        layout = self.layout
+        if layout.fsdp_enabled or (layout.dp_enabled and chunks > 1):
+            data_mesh = self.placement.submesh(("dp", "fsdp"))
             assert data_mesh is not None
             units = task.shard_units(chunk) if task.shard_units is not None else []
-            apply_fsdp(chunk, units, data_mesh, dims.reshard_after_forward, fsdp_param_dtype(self))
+            reshard = self.resolved.parallel.reshard_after_forward
+            apply_fsdp(chunk, units, data_mesh, reshard, fsdp_param_dtype(self))
             return chunk
-        if dims.dp > 1:
-            dp_mesh = submesh(self.mesh, ("dp",))
+        if layout.dp_enabled:
+            dp_mesh = self.placement.submesh(("dp",))
             assert dp_mesh is not None
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             return nn.parallel.DistributedDataParallel(
@@ -175,7 +171,7 @@ class PipelineStrategy(Strategy):
 
     def _loss_context(self) -> contextlib.AbstractContextManager[Any]:
         """``loss_parallel`` under tp: the last stage's logits are vocab-sharded DTensors."""
-        if self.resolved.parallel.tp == 1:
+        if not self.layout.tp_enabled:
             return contextlib.nullcontext()
         from torch.distributed.tensor.parallel import loss_parallel
 
@@ -195,7 +191,7 @@ class PipelineStrategy(Strategy):
         args = (inputs,) if self.holds_first else ()
         with self.autocast(), self._loss_context():
             self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
-        if self.resolved.parallel.tp > 1:
+        if self.layout.tp_enabled:
             align_grad_placements(list(self.model.parameters()))
         total = torch.zeros((), dtype=torch.float32, device=self.device)
         if self.holds_last:
@@ -233,7 +229,7 @@ class PipelineStrategy(Strategy):
 
         options = StateDictOptions(full_state_dict=True, cpu_offload=True)
         state = get_model_state_dict(self.model, options=options)
-        coords = coordinates(self.dist.rank, self.resolved.parallel)
+        coords = self.layout.coordinates(self.dist.rank)
         if coords["dp"] or coords["fsdp"] or coords["tp"]:
             return None  # only the replica of rank 0 sends its stages
         pieces: list[Any] = [None] * self.pp_size if self.dist.rank == 0 else []
@@ -247,16 +243,9 @@ class PipelineStrategy(Strategy):
             chunk.train(training)
         self.model.train(training)
 
-    def parameters(self) -> Iterator[nn.Parameter]:
-        return self.model.parameters()
-
     def describe(self) -> str:
         dims = self.resolved.parallel
         return (
             f"{self.name} ({self.schedule_name}, {self.total_stages} stages, "
             f"{dims.microbatches} microbatches, pp rank {self.pp_rank}) " + super().describe()
         )
-
-
-def build(resolved: Resolved, dist_info: DistInfo, mesh: DeviceMesh | None, task: Task) -> Strategy:
-    return PipelineStrategy(resolved, dist_info, mesh, task)
