@@ -24,14 +24,8 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hpctrain.runtime.parallel import dtensors
 from hpctrain.runtime.parallel.base import LossFn, Strategy, accumulate, maybe_compile
-from hpctrain.runtime.parallel.dtensors import (
-    align_grad_placements,
-    clip_scaled,
-    grad_norm_squared,
-    local_output,
-    plain_loss,
-)
 from hpctrain.runtime.parallel.tp import apply_tensor_parallel
 from hpctrain.runtime.task import Batch, Task
 
@@ -128,17 +122,17 @@ class ShardedStrategy(Strategy):
     def train_step(self, microbatches: Sequence[Batch], loss_fn: LossFn) -> torch.Tensor:
         loss = accumulate(self.model, microbatches, loss_fn, self.autocast, self._step_context)
         if self.tensor_parallel:
-            align_grad_placements(list(self.model.parameters()))
-        return plain_loss(loss)
+            dtensors.align_grad_placements(list(self.model.parameters()))
+        return dtensors.plain_loss(loss)
 
     def eval_forward(self, inputs: torch.Tensor) -> torch.Tensor | None:
         with self.autocast():
-            return local_output(self.model(inputs))
+            return dtensors.local_output(self.model(inputs))
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         params = list(self.model.parameters())
-        total = grad_norm_squared(params).sqrt()
-        clip_scaled(params, total, max_norm)
+        total = dtensors.grad_norm_squared(params).sqrt()
+        dtensors.clip_scaled(params, total, max_norm)
         return total
 
     def describe(self) -> str:

@@ -23,14 +23,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
+from hpctrain.runtime.parallel import dtensors
 from hpctrain.runtime.parallel.base import LossFn, Strategy
-from hpctrain.runtime.parallel.dtensors import (
-    align_grad_placements,
-    clip_scaled,
-    grad_norm_squared,
-    local_output,
-    plain_loss,
-)
 from hpctrain.runtime.parallel.fsdp import apply_fsdp, fsdp_param_dtype
 from hpctrain.runtime.parallel.tp import apply_tensor_parallel
 from hpctrain.runtime.task import Batch, Task
@@ -192,10 +186,10 @@ class PipelineStrategy(Strategy):
         with self.autocast(), self._loss_context():
             self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
         if self.layout.tp_enabled:
-            align_grad_placements(list(self.model.parameters()))
+            dtensors.align_grad_placements(list(self.model.parameters()))
         total = torch.zeros((), dtype=torch.float32, device=self.device)
         if self.holds_last:
-            total = plain_loss(torch.stack([loss.detach().float() for loss in losses]).mean())
+            total = dtensors.plain_loss(torch.stack([loss.detach().float() for loss in losses]).mean())
         # Only the last stage has the loss; a sum over the pp group hands it to every stage.
         dist.all_reduce(total, group=self.pp_group)
         return total
@@ -214,14 +208,14 @@ class PipelineStrategy(Strategy):
                 out = self.schedule.eval(*args, target=inputs)
         finally:
             self.evaluating = False
-        return local_output(out[:rows]) if self.holds_last else None
+        return dtensors.local_output(out[:rows]) if self.holds_last else None
 
     def clip_grad_norm(self, max_norm: float) -> torch.Tensor:
         params = list(self.model.parameters())
-        squared = grad_norm_squared(params).to(self.device)
+        squared = dtensors.grad_norm_squared(params).to(self.device)
         dist.all_reduce(squared, group=self.pp_group)
         total = squared.sqrt()
-        clip_scaled(params, total, max_norm)
+        dtensors.clip_scaled(params, total, max_norm)
         return total
 
     def export_state_dict(self) -> dict[str, torch.Tensor] | None:
