@@ -40,13 +40,18 @@ class LayoutError(ValueError):
 
 
 def check_request(request: Mapping[str, int]) -> None:
-    """The requested degrees are each >= 1 or -1, with at most one -1."""
+    """The requested degrees (a missing one is 1) are each >= 1 or -1, with at most one -1."""
     for name in DIMS:
-        value = request[name]
+        value = request.get(name, 1)
         if isinstance(value, bool) or not isinstance(value, int) or value == 0 or value < -1:
             raise LayoutError(name, f"must be >= 1 or -1, got {value!r}")
-    if sum(1 for name in DIMS if request[name] == -1) > 1:
+    if sum(1 for name in DIMS if request.get(name, 1) == -1) > 1:
         raise LayoutError("", "at most one of dp/fsdp/tp/pp may be -1")
+
+
+def _check_positive(name: str, value: object) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise LayoutError(name, f"must be >= 1, got {value!r}")
 
 
 def _product(values: Mapping[str, int] | list[int]) -> int:
@@ -69,12 +74,9 @@ class Layout:
     requested: frozenset[str] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        if isinstance(self.world_size, bool) or not isinstance(self.world_size, int) or self.world_size < 1:
-            raise LayoutError("world_size", f"must be >= 1, got {self.world_size!r}")
+        _check_positive("world_size", self.world_size)
         for name in DIMS:
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise LayoutError(name, f"must be >= 1, got {value!r}")
+            _check_positive(name, getattr(self, name))
         odd = set(self.requested) - set(KEEPABLE)
         if odd:
             raise LayoutError(sorted(odd)[0], f"only {'/'.join(KEEPABLE)} can be requested with -1")
@@ -98,9 +100,8 @@ class Layout:
         that tp peers share a node. Raises :class:`LayoutError` naming the dimension at fault.
         """
         check_request(request)
-        if isinstance(world_size, bool) or not isinstance(world_size, int) or world_size < 1:
-            raise LayoutError("world_size", f"must be >= 1, got {world_size!r}")
-        degrees = {name: request[name] for name in DIMS}
+        _check_positive("world_size", world_size)
+        degrees = {name: request.get(name, 1) for name in DIMS}
         free = [name for name in DIMS if degrees[name] == -1]
         if free:
             fixed = {name: value for name, value in degrees.items() if value != -1}

@@ -80,16 +80,19 @@ def test_any_request_builds_or_names_the_dimension(
 
 
 @given(
-    st.fixed_dictionaries(
-        {name: st.one_of(st.integers(-2, 5), st.booleans(), st.text(max_size=2)) for name in DIMS}
+    st.dictionaries(
+        st.sampled_from(DIMS), st.one_of(st.integers(-2, 5), st.booleans(), st.text(max_size=2), st.none())
     ),
-    st.one_of(st.integers(-1, 64), st.booleans()),
+    st.one_of(st.integers(-1, 64), st.booleans(), st.floats()),
 )
 def test_garbage_degrees_are_value_errors(request: dict[str, Any], world: Any) -> None:
+    """Wrong types, missing dims (taken as 1): a Layout or a LayoutError, never another exception."""
     try:
-        Layout.plan(request, world)
+        layout = Layout.plan(request, world)
     except LayoutError as error:
         assert mentions_a_dimension(error), str(error)
+        return
+    assert math.prod(layout.degrees.values()) == world
 
 
 def test_messages_name_the_conflict() -> None:
@@ -107,6 +110,7 @@ def test_messages_name_the_conflict() -> None:
         Layout(world_size=4, dp=2, fsdp=2).check_batch(6)
     with pytest.raises(LayoutError, match="dp: only pp/fsdp/tp can be requested"):
         Layout(world_size=1, requested=frozenset({"dp"}))
+    assert Layout.plan({"fsdp": -1}, 4).degrees == {"pp": 1, "dp": 1, "fsdp": 4, "tp": 1}  # missing: 1
 
 
 @pytest.mark.parametrize(
