@@ -82,7 +82,7 @@ def bind_device(kind: DeviceType, local_rank: int) -> torch.device:
 
 
 @dataclass(frozen=True)
-class Placement:
+class TaskMesh:
     """Where one task computes: the job's layout, this task's device and the job's DeviceMesh."""
 
     layout: Layout
@@ -90,7 +90,7 @@ class Placement:
     mesh: DeviceMesh | None
 
     @classmethod
-    def for_task(cls, resolved: Resolved, local_rank: int) -> Placement:
+    def for_task(cls, resolved: Resolved, local_rank: int) -> TaskMesh:
         """Decide the device once, then bind it and build the mesh (needs the process group)."""
         kind = device_type(resolved)
         layout = job_layout(resolved)

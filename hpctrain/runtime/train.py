@@ -24,7 +24,7 @@ import torch.distributed as dist
 from hpctrain.runtime import data, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
-from hpctrain.runtime.mesh import Placement
+from hpctrain.runtime.mesh import TaskMesh
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
 from hpctrain.runtime.parallel.base import Strategy
@@ -104,8 +104,8 @@ class Trainer:
 
         configure_determinism(self.train)
         self.task = load_task(self.train)
-        self.placement = Placement.for_task(resolved, dist_info.local_rank)
-        self.strategy = build_strategy(resolved, dist_info, self.placement, self.task)
+        self.task_mesh = TaskMesh.for_task(resolved, dist_info.local_rank)
+        self.strategy = build_strategy(resolved, dist_info, self.task_mesh, self.task)
         # Dropout differs between data shards but not between tp/pp peers of one replica.
         seed_everything(self.train.seed + 1 + self.strategy.data_rank)
         self.optimizer = make_optimizer(self.task, self.strategy, self.train)

@@ -236,7 +236,7 @@ def test_mesh_refuses_a_world_of_another_size(fake_group: Any) -> None:
 
 
 def test_placement_of_a_resolved_spec(fake_group: Any) -> None:
-    from hpctrain.runtime.mesh import Placement, backend
+    from hpctrain.runtime.mesh import TaskMesh, backend
 
     job = spec.decode(
         spec.JobSpec,
@@ -249,9 +249,9 @@ def test_placement_of_a_resolved_spec(fake_group: Any) -> None:
     )
     resolved = spec.resolve(job, spec.load_site(SITE))
     fake_group(3, 4)
-    placement = Placement.for_task(resolved, local_rank=1)
-    assert placement.device.type == "cpu" and backend(resolved) == "gloo"
-    assert placement.layout.degrees == {"pp": 1, "dp": 1, "fsdp": 2, "tp": 2}
-    assert placement.mesh is not None and placement.mesh.mesh_dim_names == ("fsdp", "tp")
-    assert placement.submesh(("tp",)).size() == 2  # type: ignore[union-attr]
-    assert placement.submesh(("pp", "dp")) is None
+    task_mesh = TaskMesh.for_task(resolved, local_rank=1)
+    assert task_mesh.device.type == "cpu" and backend(resolved) == "gloo"
+    assert task_mesh.layout.degrees == {"pp": 1, "dp": 1, "fsdp": 2, "tp": 2}
+    assert task_mesh.mesh is not None and task_mesh.mesh.mesh_dim_names == ("fsdp", "tp")
+    assert task_mesh.submesh(("tp",)).size() == 2  # type: ignore[union-attr]
+    assert task_mesh.submesh(("pp", "dp")) is None

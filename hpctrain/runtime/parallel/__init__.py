@@ -20,7 +20,7 @@ from hpctrain.runtime.parallel.pp import PipelineStrategy
 
 if TYPE_CHECKING:
     from hpctrain.runtime.bootstrap import DistInfo
-    from hpctrain.runtime.mesh import Placement
+    from hpctrain.runtime.mesh import TaskMesh
     from hpctrain.runtime.task import Task
     from hpctrain.spec import Resolved
 
@@ -43,8 +43,8 @@ def layout_module(resolved: Resolved) -> str:
     return job_layout(resolved).strategy
 
 
-def build_strategy(resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> Strategy:
-    name = placement.layout.strategy
+def build_strategy(resolved: Resolved, dist_info: DistInfo, task_mesh: TaskMesh, task: Task) -> Strategy:
+    name = task_mesh.layout.strategy
     if name != "single" and not dist.is_initialized():
         raise RuntimeError(f"the {name} strategy needs the process group")
-    return STRATEGIES[name](resolved, dist_info, placement, task)
+    return STRATEGIES[name](resolved, dist_info, task_mesh, task)

@@ -1,7 +1,7 @@
 """The Strategy interface: how one parallel layout wraps the model, runs a step and reports memory.
 
 A strategy is built once per task by ``hpctrain.runtime.parallel.build_strategy`` after the process
-group and the task's :class:`~hpctrain.runtime.mesh.Placement` (layout, device, DeviceMesh) exist,
+group and the task's :class:`~hpctrain.runtime.mesh.TaskMesh` (layout, device, DeviceMesh) exist,
 and the training loop (``hpctrain.runtime.train``) drives it
 without knowing the layout. The loop owns everything around the strategy:
 
@@ -16,7 +16,7 @@ without knowing the layout. The loop owns everything around the strategy:
 * metrics, preemption, evaluation bookkeeping and the final export call.
 
 A layout module (``parallel/ddp.py``, ``fsdp.py``, ``pp.py``) subclasses :class:`Strategy`, with
-the constructor ``(resolved, dist, placement, task)``, and is listed in the table of
+the constructor ``(resolved, dist, task_mesh, task)``, and is listed in the table of
 ``parallel/__init__.py``; the base class gives working defaults for everything except
 :meth:`Strategy.train_step`.
 
@@ -40,7 +40,7 @@ from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
     from hpctrain.runtime.bootstrap import DistInfo
-    from hpctrain.runtime.mesh import Placement
+    from hpctrain.runtime.mesh import TaskMesh
     from hpctrain.spec import Resolved
 
 LossFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -69,13 +69,13 @@ class Strategy(ABC):
 
     name: str = "base"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
+    def __init__(self, resolved: Resolved, dist: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
         self.resolved = resolved
         self.dist = dist
-        self.placement = placement
-        self.layout = placement.layout
-        self.mesh = placement.mesh
-        self.device = placement.device
+        self.task_mesh = task_mesh
+        self.layout = task_mesh.layout
+        self.mesh = task_mesh.mesh
+        self.device = task_mesh.device
         self.task = task
         self.train = resolved.job.train
         self.amp_dtype = autocast_dtype(self.train.precision, self.device)
@@ -166,8 +166,8 @@ class SingleStrategy(Strategy):
 
     name = "single"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
-        super().__init__(resolved, dist, placement, task)
+    def __init__(self, resolved: Resolved, dist: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
+        super().__init__(resolved, dist, task_mesh, task)
         self.model = task.model.to(self.device)
         maybe_compile(self.model, self.train.compile)
 

@@ -15,7 +15,7 @@ from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
     from hpctrain.runtime.bootstrap import DistInfo
-    from hpctrain.runtime.mesh import Placement
+    from hpctrain.runtime.mesh import TaskMesh
     from hpctrain.spec import Resolved
 
 log = logging.getLogger(__name__)
@@ -29,8 +29,8 @@ BUCKET_CAP_MB_CPU = 50
 class DDPStrategy(Strategy):
     name = "ddp"
 
-    def __init__(self, resolved: Resolved, dist: DistInfo, placement: Placement, task: Task) -> None:
-        super().__init__(resolved, dist, placement, task)
+    def __init__(self, resolved: Resolved, dist: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
+        super().__init__(resolved, dist, task_mesh, task)
         module = task.model.to(self.device)
         maybe_compile(module, self.train.compile)
         on_gpu = self.device.type == "cuda"

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from torch.distributed.device_mesh import DeviceMesh
 
     from hpctrain.runtime.bootstrap import DistInfo
-    from hpctrain.runtime.mesh import Placement
+    from hpctrain.runtime.mesh import TaskMesh
     from hpctrain.spec import Resolved
 
 
@@ -92,13 +92,13 @@ class ShardedStrategy(Strategy):
 
     name = "fsdp"
 
-    def __init__(self, resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> None:
-        super().__init__(resolved, dist_info, placement, task)
+    def __init__(self, resolved: Resolved, dist_info: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
+        super().__init__(resolved, dist_info, task_mesh, task)
         model = task.model.to(self.device)
         self.tensor_parallel = self.layout.tp_enabled
         if self.tensor_parallel:
-            apply_tensor_parallel(model, task, placement.submesh(("tp",)))
-        data_mesh = placement.submesh(("dp", "fsdp"))
+            apply_tensor_parallel(model, task, task_mesh.submesh(("tp",)))
+        data_mesh = task_mesh.submesh(("dp", "fsdp"))
         if data_mesh is not None:
             units = task.shard_units(model) if task.shard_units is not None else []
             apply_fsdp(

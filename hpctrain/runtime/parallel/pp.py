@@ -31,7 +31,7 @@ from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
     from hpctrain.runtime.bootstrap import DistInfo
-    from hpctrain.runtime.mesh import Placement
+    from hpctrain.runtime.mesh import TaskMesh
     from hpctrain.spec import Resolved
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,14 @@ class PipelineStrategy(Strategy):
 
     name = "pp"
 
-    def __init__(self, resolved: Resolved, dist_info: DistInfo, placement: Placement, task: Task) -> None:
+    def __init__(self, resolved: Resolved, dist_info: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
         from torch.distributed.pipelining import PipelineStage
 
-        super().__init__(resolved, dist_info, placement, task)
+        super().__init__(resolved, dist_info, task_mesh, task)
         if task.pipeline_split is None:
             raise ValueError("train.parallel.pp > 1 but the entrypoint's Task has no pipeline_split")
         dims = resolved.parallel
-        pp_mesh = placement.submesh(("pp",))
+        pp_mesh = task_mesh.submesh(("pp",))
         assert pp_mesh is not None, "an active pp dim is a mesh dim"
         self.pp_group = pp_mesh.get_group()
         self.pp_rank, self.pp_size = self.layout.coordinates(dist_info.rank)["pp"], self.layout.pp
@@ -102,7 +102,7 @@ class PipelineStrategy(Strategy):
         for stage_id, chunk in zip(stage_ids, chunks, strict=True):
             chunk.to(self.device)
             if self.layout.tp_enabled:
-                apply_tensor_parallel(chunk, task, placement.submesh(("tp",)))
+                apply_tensor_parallel(chunk, task, task_mesh.submesh(("tp",)))
             stages.append(
                 PipelineStage(
                     self._wrap(chunk, task, len(chunks)),
@@ -148,14 +148,14 @@ class PipelineStrategy(Strategy):
         """
         layout = self.layout
         if layout.fsdp_enabled or (layout.dp_enabled and chunks > 1):
-            data_mesh = self.placement.submesh(("dp", "fsdp"))
+            data_mesh = self.task_mesh.submesh(("dp", "fsdp"))
             assert data_mesh is not None
             units = task.shard_units(chunk) if task.shard_units is not None else []
             reshard = self.resolved.parallel.reshard_after_forward
             apply_fsdp(chunk, units, data_mesh, reshard, fsdp_param_dtype(self))
             return chunk
         if layout.dp_enabled:
-            dp_mesh = self.placement.submesh(("dp",))
+            dp_mesh = self.task_mesh.submesh(("dp",))
             assert dp_mesh is not None
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             return nn.parallel.DistributedDataParallel(
