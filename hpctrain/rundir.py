@@ -252,6 +252,36 @@ class SubmitInfo(msgspec.Struct, kw_only=True):
     cwd: str = ""
 
 
+class _Preemption(msgspec.Struct, frozen=True):
+    requeue: bool = True
+
+
+class _JobPart(msgspec.Struct, frozen=True):
+    array: str | None = None
+    preemption: _Preemption | None = None
+
+
+class _SitePart(msgspec.Struct, frozen=True):
+    preemption: _Preemption | None = None
+
+
+class SpecSummary(msgspec.Struct):
+    """The few fields of spec.json the login side needs after submission (the rest is not decoded)."""
+
+    job: _JobPart = _JobPart()
+    site: _SitePart = _SitePart()
+
+    @property
+    def requeues(self) -> bool:
+        """Whether a preempted run comes back (the job's setting, else the site's, else yes)."""
+        chosen = self.job.preemption or self.site.preemption or _Preemption()
+        return chosen.requeue
+
+    @property
+    def array(self) -> str | None:
+        return self.job.array
+
+
 class ExitCode(msgspec.Struct, frozen=True):
     """One line of exit-codes, appended by the batch script: `JOBID STATUS`."""
 
@@ -558,19 +588,23 @@ class RunDir:
     def read_result(self) -> Result | Unreadable | None:
         return read_json(self.result, Result)
 
+    def read_spec_summary(self) -> SpecSummary | Unreadable | None:
+        return read_json(self.spec, SpecSummary, max_bytes=4 * MAX_JSON_BYTES)
+
     def read_record(self) -> Record | Unreadable | None:
         return read_json(self.record, Record)
 
     def read_submit_info(self) -> SubmitInfo | Unreadable | None:
         return read_json(self.submit_info, SubmitInfo)
 
-    def read_failures(self) -> list[FailureReport | Unreadable]:
-        names = [n for n in _listdir(self.failures) if n.endswith(".json")]
+    def read_failures(self, limit: int = 64) -> list[FailureReport | Unreadable]:
+        """Up to `limit` failure reports (a thousand dead ranks tell no more than the first few)."""
+        names = [n for n in _listdir(self.failures) if n.endswith(".json")][:limit]
         found = [read_json(self.failures / n, FailureReport) for n in names]
         return [f for f in found if f is not None]
 
-    def read_heartbeats(self) -> list[Heartbeat | Unreadable]:
-        names = [n for n in _listdir(self.heartbeats) if n.endswith(".json")]
+    def read_heartbeats(self, limit: int = MAX_LISTED) -> list[Heartbeat | Unreadable]:
+        names = [n for n in _listdir(self.heartbeats) if n.endswith(".json")][:limit]
         found = [read_json(self.heartbeats / n, Heartbeat) for n in names]
         return [f for f in found if f is not None]
 
@@ -589,7 +623,7 @@ class RunDir:
         out: dict[int, TrainLine | Unreadable] = {}
         for worker, name in _numbered(_listdir(self.worker_metrics_dir), "worker-", ".jsonl"):
             path = self.worker_metrics_dir / name
-            lines = decode_lines(tail_lines(path, 1, whole_only=True), str(path))
+            lines = decode_lines(tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True), str(path))
             if lines and isinstance(lines[-1], TrainLine | Unreadable):
                 out[worker] = lines[-1]
         return out
