@@ -419,7 +419,7 @@ def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool
         return []
     data, cut = _tail(path, limit)
     lines = data.split(b"\n")
-    if cut:
+    if cut and len(lines) > 1:
         lines = lines[1:]  # the window starts inside a line
     if lines and (lines[-1] == b"" or whole_only):
         lines.pop()

@@ -232,18 +232,20 @@ def _show_parameter_server(label: str, prog: Progress) -> None:
 def _show_problems(status: RunStatus, detail: bool) -> None:
     from hpctrain.records import SUBMIT_FAILED
     from hpctrain.rundir import RunDir
-    from hpctrain.watch import FAILURE_NAMES
 
     run = status.run
     if run.state == SUBMIT_FAILED:
         print(f"  {run.run_id}: not submitted: {_printable(run.reason)} (script kept in {run.run_dir})")
         return
     label = f"job {run.job_id}"
-    _show_run(label, RunDir(run.run_dir), run.state, status.progress, detail)
+    root = RunDir(run.run_dir)
+    # An array's own directory holds no training: its elements tell what failed.
+    failing = None if not status.elements else False
+    _show_run(label, root, run.state, status.progress, detail, failing)
     for element in status.elements:
-        root = RunDir(run.run_dir).element(element.index)
-        failing = element.state in FAILURE_NAMES or run.state in FAILURE_NAMES
-        _show_run(f"job {run.job_id}_{element.index}", root, element.state, element.progress, detail, failing)
+        _show_run(
+            f"{label}_{element.index}", root.element(element.index), element.state, element.progress, detail
+        )
     if detail:
         print(f"  run directory: {run.run_dir}")
 
@@ -258,7 +260,7 @@ def _show_run(
 
     _show_parameter_server(label, prog)
     for problem in prog.unreadable:
-        print(f"  {label}: {_printable(problem)}")
+        print(f"  {label}: {_printable(problem.replace(str(root.root) + '/', ''))}")
     if failing is None:
         failing = state in FAILURE_NAMES
     if failing:
