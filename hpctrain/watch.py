@@ -141,13 +141,28 @@ def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:
 
 
 def _from_run_dir(run: Run, info: JobInfo) -> JobInfo:
-    """Without accounting, a job that left the queue is judged by the exit code its script recorded."""
-    codes = RunDir(run.run_dir).read_exit_codes()
+    """Without accounting, a job that left the queue is judged by the exit code its script recorded
+    (an array: each started element by its own, folded)."""
+    root = RunDir(run.run_dir)
+    codes = root.read_exit_codes()
     if codes and codes[-1].job_id == str(run.job_id):
         code = codes[-1].code
         state = JobState.COMPLETED if code == "0" else JobState.FAILED
         return JobInfo(info.job_id, state, exit_code=code, source="run dir (no accounting)")
+    ends = {str(i): _exit_state(root.element(i)) for i in root.elements()}
+    states = {k: v for k, v in ends.items() if v is not None}
+    if states and len(states) == len(ends):
+        folded = fold_elements(states.values())
+        return JobInfo(info.job_id, folded, source="run dir (no accounting)", elements=states)
     return info
+
+
+def _exit_state(element: RunDir) -> JobState | None:
+    """An array element's end, from the exit code its batch script appended (its own job id)."""
+    codes = element.read_exit_codes()
+    if not codes:
+        return None
+    return JobState.COMPLETED if codes[-1].code == "0" else JobState.FAILED
 
 
 def read_progress(run_dir: RunDir) -> Progress:
@@ -197,10 +212,7 @@ def elements(run: Run, info: JobInfo | None) -> list[Element]:
     out = []
     for index in root.elements():
         element = root.element(index)
-        state = states.get(str(index))
-        if state is None:
-            codes = element.read_exit_codes()
-            state = (JobState.COMPLETED if codes[-1].code == "0" else JobState.FAILED) if codes else None
+        state = states.get(str(index)) or _exit_state(element)
         out.append(Element(index, state.value if state else "-", read_progress(element), str(element.root)))
     return out
 
