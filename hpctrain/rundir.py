@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import stat
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -51,6 +51,7 @@ SLURM_ARRAY_BATCH_LOG = "batch-%a.log"
 MAX_JSON_BYTES = 1 << 20
 MAX_LINE_BYTES = 64 << 10
 TAIL_BYTES = 256 << 10
+HEAD_BYTES = 64 << 10
 MAX_LISTED = 4096
 
 
@@ -338,7 +339,7 @@ def metric_line(kind: str, **fields: Any) -> MetricLine:
     return msgspec.convert(fields, cls, strict=False)  # type: ignore[return-value]
 
 
-def _open_regular(path: Path) -> tuple[int, int] | str | None:
+def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
     """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO)."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
@@ -357,7 +358,7 @@ def _open_regular(path: Path) -> tuple[int, int] | str | None:
     return fd, info.st_size
 
 
-def read_json(path: Path, shape: type[T], max_bytes: int = MAX_JSON_BYTES) -> T | Unreadable | None:
+def read_json(path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES) -> T | Unreadable | None:
     """The file decoded as `shape`; None if absent; Unreadable if it is anything but that."""
     opened = _open_regular(path)
     if opened is None:
@@ -390,71 +391,94 @@ def _one_line(err: BaseException) -> str:
     return text[:200]
 
 
-def tail_bytes(path: Path, limit: int = TAIL_BYTES) -> bytes:
-    """At most the last `limit` bytes of a regular file (b"" if absent or not a file): one seek, one read."""
-    return _tail(path, limit)[0]
+FIRST_WINDOW = 8 << 10
 
 
-def _tail(path: Path, limit: int) -> tuple[bytes, bool]:
-    """(the last `limit` bytes, whether the file goes on before them)."""
+def _tail_window(fd: int, size: int, count: int, limit: int) -> tuple[list[bytes], int]:
+    """The last `count` pieces between newlines (the last may lack its newline) and the offset where
+    they start. The window starts at 8 KiB and grows 4x until it holds them or reaches `limit`."""
+    window = min(FIRST_WINDOW, size)
+    while True:
+        start = size - window
+        data = os.pread(fd, window, start)
+        if data.count(b"\n") > count or window >= min(limit, size):
+            break
+        window = min(window * 4, limit, size)
+    pieces = data.split(b"\n")
+    if start > 0 and len(pieces) > 1:
+        start += len(pieces[0]) + 1
+        pieces = pieces[1:]  # the window starts inside a line
+    if len(pieces) > count + 1:
+        start += sum(len(p) + 1 for p in pieces[: -count - 1])
+        pieces = pieces[-count - 1 :]
+    return pieces, start
+
+
+def _head_window(fd: int, size: int, count: int, limit: int) -> list[bytes]:
+    """The first `count` whole lines, from a window that grows like _tail_window's."""
+    window = min(FIRST_WINDOW, size)
+    while True:
+        data = os.pread(fd, window, 0)
+        # A NUL byte is no JSON line: past it (a hole, a torn write) there are no lines to find.
+        if data.count(b"\n") >= count or window >= min(limit, size) or b"\0" in data:
+            break
+        window = min(window * 4, limit, size)
+    return data.split(b"\n")[:-1][:count]  # the last piece is cut (or empty)
+
+
+def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
     opened = _open_regular(path)
     if opened is None or isinstance(opened, str):
-        return b"", False
+        return empty
     fd, size = opened
     try:
-        start = max(0, size - limit)
-        return os.pread(fd, min(limit, size), start), start > 0
+        return read(fd, size) if size else empty
     except OSError:
-        return b"", False
+        return empty
     finally:
         os.close(fd)
 
 
 def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[str]:
-    """The last `count` lines within the last `limit` bytes; linear in `limit`, whatever the file.
+    """The last `count` lines within the last `limit` bytes: bounded reads, whatever the file holds.
 
     With `whole_only`, a last line without its newline (a writer mid-append) is left out.
     """
     if count <= 0:
         return []
-    data, cut = _tail(path, limit)
-    lines = data.split(b"\n")
-    if cut and len(lines) > 1:
-        lines = lines[1:]  # the window starts inside a line
-    if lines and (lines[-1] == b"" or whole_only):
-        lines.pop()
-    return [line.decode("utf-8", "replace") for line in lines[-count:]]
+    pieces = _with_file(path, lambda fd, size: _tail_window(fd, size, count, limit)[0], [])
+    if pieces and (pieces[-1] == b"" or whole_only):
+        pieces = pieces[:-1]
+    return [p.decode("utf-8", "replace") for p in pieces[-count:]]
 
 
-def head_lines(path: Path, count: int, limit: int = TAIL_BYTES) -> list[str]:
-    """The first `count` whole lines within the first `limit` bytes."""
-    opened = _open_regular(path)
-    if opened is None or isinstance(opened, str):
-        return []
-    fd, _ = opened
+def head_and_tail(
+    path: Path, head: int, tail: int, limit: int = TAIL_BYTES, head_limit: int = HEAD_BYTES
+) -> tuple[list[bytes], list[bytes]]:
+    """The first `head` and the last `tail` whole lines of a file, none in both, from one open."""
+
+    def read(fd: int, size: int) -> tuple[list[bytes], list[bytes]]:
+        last, start = _tail_window(fd, size, tail, limit)
+        last = last[:-1]  # empty after the final newline, or a line still being written
+        first = _head_window(fd, size, head, head_limit)
+        covered = sum(len(line) + 1 for line in first)
+        for line in list(last):  # lines the head already holds
+            if start >= covered:
+                break
+            start += len(line) + 1
+            last.pop(0)
+        return first, last
+
+    return _with_file(path, read, ([], []))
+
+
+def decode_line(line: bytes, where: str) -> MetricLine | Unreadable:
+    if len(line) > MAX_LINE_BYTES:
+        return Unreadable(where, f"a line of {len(line)} bytes")
     try:
-        data = os.read(fd, limit)
-    except OSError:
-        return []
-    finally:
-        os.close(fd)
-    lines = data.split(b"\n")[:-1]  # the last piece has no newline (yet, or within the window)
-    return [line.decode("utf-8", "replace") for line in lines[:count]]
-
-
-def decode_lines(lines: list[str], where: str) -> list[MetricLine | Unreadable]:
-    out: list[MetricLine | Unreadable] = []
-    for line in lines:
-        if not line.strip():
-            continue
-        if len(line) > MAX_LINE_BYTES:
-            out.append(Unreadable(where, f"a line of {len(line)} characters"))
-            continue
-        try:
-            out.append(_line_decoder.decode(line))
-        except _DECODE_ERRORS as err:
-            out.append(Unreadable(where, _one_line(err)))
-    return out
+        return _line_decoder.decode(line)
+    except _DECODE_ERRORS as err:
+        return Unreadable(where, _one_line(err))
 
 
 def _listdir(folder: Path) -> list[str]:
@@ -495,10 +519,30 @@ class _File:
 class RunDir:
     """One run directory (or one array element's); every path of it, and its typed files."""
 
-    def __init__(self, root: Path | str, element_of: RunDir | None = None, index: int | None = None) -> None:
-        self.root = Path(root)
+    def __init__(
+        self,
+        root: Path | str,
+        element_of: RunDir | None = None,
+        index: int | None = None,
+        snapshot: bool = False,
+    ) -> None:
+        self.root = root if isinstance(root, Path) else Path(root)
+        self._root = os.fspath(root)
         self.element_of = element_of
         self.index = index
+        self.snapshot = snapshot
+        self._names: frozenset[str] | None = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """What the directory holds. With `snapshot`, listed once for the object's life: a poll
+        over a thousand run directories then skips what is absent without trying to open it."""
+        if self._names is not None:
+            return self._names
+        names = frozenset(_listdir(self.root))
+        if self.snapshot:
+            self._names = names
+        return names
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.root)!r})"
@@ -525,6 +569,10 @@ class RunDir:
     final_model = _File(FINAL_MODEL)
     local_exit_code = _File(LOCAL_EXIT_CODE)
     local_cancelled = _File(LOCAL_CANCELLED)
+
+    def _file(self, name: str) -> str:
+        """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""
+        return f"{self._root}/{name}"
 
     def failure(self, rank: int) -> Path:
         return self.failures / f"rank-{rank}.json"
@@ -560,33 +608,42 @@ class RunDir:
         return [self.logs / n for n in _listdir(self.logs) if n.endswith(".log")]
 
     def element(self, index: int) -> RunDir:
-        return RunDir(self.root / f"{ARRAY_PREFIX}{index}", element_of=self, index=index)
+        return RunDir(
+            self.root / f"{ARRAY_PREFIX}{index}", element_of=self, index=index, snapshot=self.snapshot
+        )
 
     def elements(self) -> list[int]:
         """Indices of the array elements that have started (made their folder)."""
-        return sorted(i for i, _ in _numbered(_listdir(self.root), ARRAY_PREFIX))
+        return sorted(i for i, _ in _numbered(sorted(self.names), ARRAY_PREFIX))
 
     # -- writers -------------------------------------------------------------------------------
     def write_result(self, result: Result) -> Path:
+        self._names = None
         return write_json(self.result, result)
 
     def write_failure(self, report: FailureReport) -> Path:
+        self._names = None
         self.failures.mkdir(parents=True, exist_ok=True)
         return write_json(self.failure(report.rank), report)
 
     def write_record(self, record: Record) -> Path:
+        self._names = None
         return write_json(self.record, record)
 
     def write_heartbeat(self, beat: Heartbeat) -> Path:
+        self._names = None
         self.heartbeats.mkdir(parents=True, exist_ok=True)
         return write_json(self.heartbeat(beat.node), beat)
 
     def append_metric(self, line: MetricLine) -> None:
+        self._names = None
         append_line(self.metrics, line)
 
     # -- readers (total) -----------------------------------------------------------------------
     def read_result(self) -> Result | Unreadable | None:
-        return read_json(self.result, Result)
+        if self._names is not None and RESULT not in self._names:
+            return None
+        return read_json(self._file(RESULT), Result)
 
     def read_spec_summary(self) -> SpecSummary | Unreadable | None:
         return read_json(self.spec, SpecSummary, max_bytes=4 * MAX_JSON_BYTES)
@@ -599,6 +656,8 @@ class RunDir:
 
     def read_failures(self, limit: int = 64) -> list[FailureReport | Unreadable]:
         """Up to `limit` failure reports (a thousand dead ranks tell no more than the first few)."""
+        if FAILURES not in self.names:
+            return []
         names = [n for n in _listdir(self.failures) if n.endswith(".json")][:limit]
         found = [read_json(self.failures / n, FailureReport) for n in names]
         return [f for f in found if f is not None]
@@ -608,24 +667,29 @@ class RunDir:
         found = [read_json(self.heartbeats / n, Heartbeat) for n in names]
         return [f for f in found if f is not None]
 
-    def read_metrics(self, tail: int = 40, head: int = 64) -> list[MetricLine | Unreadable]:
-        """The first `head` and the last `tail` whole lines, in file order, each line once."""
-        data, cut = _tail(self.metrics, TAIL_BYTES)
-        if not cut:  # the whole file: head and tail come from one read
-            lines = [x.decode("utf-8", "replace") for x in data.split(b"\n")[:-1]]
-            chosen = lines if len(lines) <= head + tail else lines[:head] + lines[-tail:]
-        else:
-            chosen = head_lines(self.metrics, head) + tail_lines(self.metrics, tail, whole_only=True)
-        return decode_lines(chosen, str(self.metrics))
+    def metric_lines(self, head: int = 64, tail: int = 40) -> tuple[list[bytes], list[bytes]]:
+        """The first `head` and last `tail` whole lines of metrics.jsonl, undecoded, none in both."""
+        if METRICS not in self.names:
+            return [], []
+        return head_and_tail(self.metrics, head, tail)
+
+    def read_metrics(self, head: int = 64, tail: int = 40) -> list[MetricLine | Unreadable]:
+        """The first `head` and the last `tail` whole lines, decoded, in file order (blank ones skipped)."""
+        first, last = self.metric_lines(head, tail)
+        where = str(self.metrics)
+        return [decode_line(line, where) for line in first + last if line.strip()]
 
     def read_worker_metrics(self) -> dict[int, TrainLine | Unreadable]:
         """The latest line of each parameter-server worker's metrics file."""
         out: dict[int, TrainLine | Unreadable] = {}
+        if WORKER_METRICS not in self.names:
+            return out
         for worker, name in _numbered(_listdir(self.worker_metrics_dir), "worker-", ".jsonl"):
             path = self.worker_metrics_dir / name
-            lines = decode_lines(tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True), str(path))
-            if lines and isinstance(lines[-1], TrainLine | Unreadable):
-                out[worker] = lines[-1]
+            lines = tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True)
+            latest = decode_line(lines[-1].encode(), str(path)) if lines else None
+            if isinstance(latest, TrainLine | Unreadable):
+                out[worker] = latest
         return out
 
     def read_exit_codes(self) -> list[ExitCode]:

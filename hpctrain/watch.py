@@ -19,11 +19,13 @@ from hpctrain.rundir import (
     EventLine,
     FailureReport,
     MemoryLine,
+    MetricLine,
     Result,
     RunDir,
     SpecSummary,
     TrainLine,
     Unreadable,
+    decode_line,
     tail_lines,
 )
 
@@ -41,6 +43,8 @@ FAILURE_NAMES = frozenset(s.value for s in FAILURE_STATES)
 MIN_INTERVAL_S = 5.0
 # srun's line names tasks by ranges (`tasks 0-3,7`); one larger than this is shown as written.
 MAX_RANGE = 1024
+# Lines read back past the latest train line looking for the latest eval line.
+LOOK_BACK = 16
 
 
 class Progress(msgspec.Struct, omit_defaults=True):
@@ -165,29 +169,21 @@ def _exit_state(element: RunDir) -> JobState | None:
     return JobState.COMPLETED if codes[-1].code == "0" else JobState.FAILED
 
 
-def read_progress(run_dir: RunDir) -> Progress:
-    """Latest training numbers from one run directory; never raises, whatever the files hold."""
+def read_progress(run_dir: RunDir, brief: bool = False) -> Progress:
+    """Latest training numbers from one run directory; never raises, whatever the files hold.
+
+    With `brief`, a readable result.json is all that is read: it holds what the status table
+    shows of an ended run (a poll over a thousand ended runs opens one file per run).
+    """
     out = Progress()
     result = run_dir.read_result()
     if isinstance(result, Unreadable):
         out.unreadable.append(str(result))
     else:
         out.result = result
-    bad: list[Unreadable] = []
-    # Memory lines come once per rank after the first step, so read_metrics includes the head.
-    for line in run_dir.read_metrics():
-        if isinstance(line, Unreadable):
-            bad.append(line)
-        elif isinstance(line, MemoryLine):
-            out.memory[line.rank] = line
-        elif isinstance(line, TrainLine):
-            out.train = line
-        elif isinstance(line, EvalLine):
-            out.eval = line
-        else:
-            out.event = line
-    if bad:
-        out.unreadable.append(f"{bad[0].path}: {len(bad)} unreadable line(s), e.g. {bad[0].reason}")
+        if brief and result is not None:
+            return out
+    _read_metrics(run_dir, out)
     for worker, latest in run_dir.read_worker_metrics().items():
         if isinstance(latest, Unreadable):
             out.unreadable.append(str(latest))
@@ -201,13 +197,50 @@ def read_progress(run_dir: RunDir) -> Progress:
     return out
 
 
+def _read_metrics(run_dir: RunDir, out: Progress) -> None:
+    """The latest train, eval and event lines from the end, memory lines from the head; only the
+    lines needed are decoded (status decodes a few lines per run, not a hundred)."""
+    head, tail = run_dir.metric_lines()
+    lines = head + tail
+    where = str(run_dir.metrics)
+    decoded: dict[int, MetricLine | Unreadable] = {}
+
+    def line(at: int) -> MetricLine | Unreadable:
+        if at not in decoded:
+            decoded[at] = decode_line(lines[at], where)
+        return decoded[at]
+
+    scanned_since_train = 0
+    for at in reversed(range(len(lines))):
+        # An eval line is a few train lines back; a run without eval must not decode every line.
+        if out.train and (out.eval or scanned_since_train >= LOOK_BACK):
+            break
+        found = line(at) if lines[at].strip() else None
+        scanned_since_train += out.train is not None
+        if isinstance(found, TrainLine):
+            out.train = out.train or found
+        elif isinstance(found, EvalLine):
+            out.eval = out.eval or found
+        elif isinstance(found, EventLine):
+            out.event = out.event or found
+    # Memory lines come once per rank after the first step, before the first train line.
+    for at in range(len(head)):
+        found = line(at) if lines[at].strip() else None
+        if isinstance(found, MemoryLine):
+            out.memory[found.rank] = found
+        elif isinstance(found, TrainLine | EvalLine):
+            break
+    bad = [x for x in decoded.values() if isinstance(x, Unreadable)]
+    if bad:
+        out.unreadable.append(f"{bad[0].path}: {len(bad)} unreadable line(s), e.g. {bad[0].reason}")
+
+
 def progress(run_dir: Path | RunDir) -> Progress:
     return read_progress(run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir))
 
 
-def elements(run: Run, info: JobInfo | None) -> list[Element]:
+def elements(root: RunDir, info: JobInfo | None) -> list[Element]:
     """Each started array element, with its state from the scheduler or else its recorded exit code."""
-    root = RunDir(run.run_dir)
     states = info.elements if info else {}
     out = []
     for index in root.elements():
@@ -217,12 +250,17 @@ def elements(run: Run, info: JobInfo | None) -> list[Element]:
     return out
 
 
-def observe(index: Index, runs: list[Run]) -> list[RunStatus]:
-    """One poll: states from the scheduler, progress (and array elements) from the run directories."""
+def observe(index: Index, runs: list[Run], brief: bool = False) -> list[RunStatus]:
+    """One poll: states from the scheduler, progress (and array elements) from the run directories.
+
+    With `brief`, runs that did not fail and have a result are read no further (see read_progress).
+    """
     statuses = refresh(index, runs)
     for status in statuses:
-        status.progress = read_progress(RunDir(status.run.run_dir))
-        status.elements = elements(status.run, status.info)
+        root = RunDir(status.run.run_dir, snapshot=True)
+        status.progress = read_progress(root, brief and status.state not in FAILURE_NAMES)
+        if status.progress.result is None or not brief:
+            status.elements = elements(root, status.info)
     return statuses
 
 

@@ -77,7 +77,8 @@ def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[
     from hpctrain.records import Index
     from hpctrain.watch import observe
 
-    statuses = observe(Index(), runs)
+    # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
+    statuses = observe(Index(), runs, brief=not as_json and not detail)
     if as_json:
         print_json([as_dict(s) for s in statuses])
     else:
@@ -199,6 +200,10 @@ def _printable(text: str) -> str:
     return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
 
 
+def _is_parameter_server(prog: Progress) -> bool:
+    return bool((prog.result and prog.result.mode) or (prog.train and prog.train.mode))
+
+
 def _show_parameter_server(label: str, prog: Progress) -> None:
     """Staleness and per-worker throughput: what tells sync, bounded and async apart."""
     train, result = prog.train, prog.result
@@ -232,10 +237,14 @@ def _show_parameter_server(label: str, prog: Progress) -> None:
 def _show_problems(status: RunStatus, detail: bool) -> None:
     from hpctrain.records import SUBMIT_FAILED
     from hpctrain.rundir import RunDir
+    from hpctrain.watch import FAILURE_NAMES
 
     run = status.run
     if run.state == SUBMIT_FAILED:
         print(f"  {run.run_id}: not submitted: {_printable(run.reason)} (script kept in {run.run_dir})")
+        return
+    quiet = not (detail or status.elements or status.progress.unreadable or run.state in FAILURE_NAMES)
+    if quiet and not _is_parameter_server(status.progress):
         return
     label = f"job {run.job_id}"
     root = RunDir(run.run_dir)

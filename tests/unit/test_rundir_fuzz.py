@@ -110,7 +110,8 @@ def test_no_file_content_crashes_status_list_or_logs(
                 path = run.root / name
                 path.parent.mkdir(parents=True, exist_ok=True)
                 if name in directories:
-                    path.mkdir(exist_ok=True)
+                    path.unlink(missing_ok=True)  # record.json exists already
+                    path.mkdir()
                 else:
                     path.write_bytes(data)
             for verb in VERBS:
