@@ -369,7 +369,7 @@ def read_json(path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES)
     try:
         if size > max_bytes:
             return Unreadable(str(path), f"{size} bytes, more than {max_bytes}")
-        data = os.read(fd, max_bytes + 1)
+        data = os.read(fd, size + 1)  # one byte more than fstat says: a file still growing
     except OSError as err:
         return Unreadable(str(path), err.strerror or type(err).__name__)
     finally:

@@ -190,9 +190,17 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
         print("No jobs tracked by hpctrain (submit one with `hpctrain submit`).")
         return
     header = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
+    from hpctrain.records import SUBMIT_FAILED
+    from hpctrain.watch import FAILURE_NAMES
+
     print(table([row for s in statuses for row in summary_rows(s)], header))
     for status in statuses:
-        _show_problems(status, detail)
+        prog, state = status.progress, status.state
+        # Most of a thousand ended runs have nothing more to say than their row.
+        if detail or status.elements or prog.unreadable or state in FAILURE_NAMES or state == SUBMIT_FAILED:
+            _show_problems(status, detail)
+        elif _is_parameter_server(prog):
+            _show_parameter_server(f"job {status.run.job_id}", prog)
 
 
 def _printable(text: str) -> str:
@@ -237,14 +245,10 @@ def _show_parameter_server(label: str, prog: Progress) -> None:
 def _show_problems(status: RunStatus, detail: bool) -> None:
     from hpctrain.records import SUBMIT_FAILED
     from hpctrain.rundir import RunDir
-    from hpctrain.watch import FAILURE_NAMES
 
     run = status.run
     if run.state == SUBMIT_FAILED:
         print(f"  {run.run_id}: not submitted: {_printable(run.reason)} (script kept in {run.run_dir})")
-        return
-    quiet = not (detail or status.elements or status.progress.unreadable or run.state in FAILURE_NAMES)
-    if quiet and not _is_parameter_server(status.progress):
         return
     label = f"job {run.job_id}"
     root = RunDir(run.run_dir)
