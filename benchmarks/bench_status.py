@@ -5,7 +5,7 @@ whose metrics.jsonl is `--metrics-mb` (default 100) MB: real lines at the head, 
 lines at the tail (so the disk holds a few KB per run), plus result.json. The floor is the same as
 bench_cli.py's: a Python process that imports jinja2 and yaml and runs one `squeue`.
 
-    python benchmarks/bench_status.py [--runs 15] [--tracked 1000] [--metrics-mb 100]
+    python benchmarks/bench_status.py [--runs 15] [--tracked 1000] [--metrics-mb 100] [--compare CHECKOUT]
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--tracked", type=int, default=1000)
     parser.add_argument("--metrics-mb", type=int, default=100)
+    parser.add_argument("--compare", type=Path, default=None, help="Also time the status of this checkout.")
     args = parser.parse_args()
 
     home = Path(tempfile.mkdtemp(prefix="hpctrain-bench-status-"))
@@ -86,16 +87,21 @@ def main() -> None:
         floor = [py, "-c", FLOOR, "squeue", "--me", "-h"]
         timed(status, env)
         timed(floor, env)
-        ours, base = [], []
-        for _ in range(args.runs):  # interleaved: both see the same machine load
+        other_env = {**env, "PYTHONPATH": str(args.compare)} if args.compare else None
+        ours, base, other = [], [], []
+        for _ in range(args.runs):  # interleaved: all see the same machine load
             base.append(timed(floor, env))
             ours.append(timed(status, env))
+            if other_env:
+                other.append(timed(status, other_env))
         print(f"{'command':50} {'hpctrain ms':>12} {'floor ms':>9} {'ratio':>6}")
         label = f"status, {args.tracked} jobs x {args.metrics_mb} MB metrics"
         for what, pick in (("wall", 0), ("CPU", 1)):
-            ours_ms = statistics.median(t[pick] for t in ours) * 1000
             floor_ms = statistics.median(t[pick] for t in base) * 1000
-            print(f"{label + f' ({what})':50} {ours_ms:12.1f} {floor_ms:9.1f} {ours_ms / floor_ms:6.2f}")
+            for name, times in (("", ours), (f" {args.compare}", other)):
+                if times:
+                    ms = statistics.median(t[pick] for t in times) * 1000
+                    print(f"{label + name + f' ({what})':50} {ms:12.1f} {floor_ms:9.1f} {ms / floor_ms:6.2f}")
         disk = subprocess.run(["du", "-sh", str(home)], capture_output=True, text=True, check=False).stdout
         print(f"disk used by the run directories: {disk.split()[0] if disk else '?'}")
         print(
