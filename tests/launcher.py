@@ -137,8 +137,8 @@ def faulty(train: spec.Train) -> Any:
     """The task of ``options.base`` (default digits) with faults injected into its training forwards.
 
     ``delay_s``: seconds of simulated compute per step on every worker (a heavier model);
-    ``slow: "<worker>:<factor>"``: that worker is that many times slower (a straggler);
-    ``crash: "<worker>:<step>"``: that worker's process exits with code 3 at its step ``step``.
+    ``slow_worker``, ``slow_factor``: that worker is that many times slower (a straggler);
+    ``crash_worker``, ``crash_step``: that worker's process exits with code 3 at its step ``crash_step``.
     """
     import torch
 
@@ -147,11 +147,10 @@ def faulty(train: spec.Train) -> Any:
     task = getattr(importlib.import_module(module), function)(train)
     worker = _worker_index(train)
     delay = float(options.get("delay_s", 0.0))
-    slow_worker, _, factor = str(options.get("slow", "")).partition(":")
-    if slow_worker and worker == int(slow_worker):
-        delay *= float(factor or 1)
-    crash_worker, _, crash_step = str(options.get("crash", "")).partition(":")
-    crash_at = int(crash_step) if crash_worker and worker == int(crash_worker) else None
+    if worker is not None and worker == options.get("slow_worker"):
+        delay *= float(options.get("slow_factor", 1.0))
+    crashes = worker is not None and worker == options.get("crash_worker")
+    crash_at = options.get("crash_step") if crashes else None
     inner = task.loss
     steps = 0
 

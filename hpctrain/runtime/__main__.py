@@ -46,13 +46,10 @@ def set_network_env(resolved: spec.Resolved) -> None:
 
 def finished(run_dir: Path) -> bool:
     """Did training reach its last step? (The result rank 0 writes at the end.)"""
-    import json
+    from hpctrain.rundir import Result, RunDir
 
-    try:
-        result = json.loads((run_dir / "result.json").read_text())
-        return bool(result["status"] == "completed" and int(result["step"]) >= int(result["steps"]) > 0)
-    except (OSError, ValueError, TypeError, KeyError):
-        return False
+    result = RunDir(run_dir).read_result()
+    return isinstance(result, Result) and result.status == "completed" and result.step >= result.steps > 0
 
 
 def main() -> int:

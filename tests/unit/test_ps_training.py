@@ -6,7 +6,6 @@ parameter-server jobs take the runtime's bootstrap, metrics, result and failure 
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 import torch
 
+from hpctrain.rundir import FailureReport, Result, RunDir, read_json
 from hpctrain.runtime import data
 from hpctrain.runtime.ps import checkpoint, feed
 from hpctrain.runtime.train import load_task, make_optimizer
@@ -43,12 +43,16 @@ def lines(run_dir: Path, kind: str) -> list[dict[str, Any]]:
     return [r for r in launcher.metrics(run_dir) if r["kind"] == kind]
 
 
-def result(run_dir: Path) -> dict[str, Any]:
-    return json.loads((run_dir / "result.json").read_text())
+def result(run_dir: Path) -> Result:
+    found = RunDir(run_dir).read_result()
+    assert isinstance(found, Result), found
+    return found
 
 
-def failure(run_dir: Path, rank: int) -> dict[str, Any]:
-    return json.loads((run_dir / "failures" / f"rank-{rank}.json").read_text())
+def failure(run_dir: Path, rank: int) -> FailureReport:
+    found = read_json(RunDir(run_dir).failure(rank), FailureReport)
+    assert isinstance(found, FailureReport), found
+    return found
 
 
 def reference(train: dict[str, Any], workers: int, steps: int) -> dict[str, torch.Tensor]:
@@ -88,14 +92,14 @@ def test_sync_matches_data_parallel_and_resumes(tmp_path: Path, servers: int, fe
     assert finish(tmp_path, start(tmp_path, servers, 2, train, ps)) == [0] * (servers + 2)
     assert checkpoint.complete_steps(tmp_path) == [15]
     assert_close(tmp_path, reference(train, 2, 15))
-    assert lines(tmp_path, "train")[-1]["feeding"] == feeding
+    assert f"{feeding} feeding" in launcher.log_text(tmp_path, 0)
     # A restarted job with more steps picks up the shards, optimizer state and data position.
     train["steps"] = 25
     codes = finish(tmp_path, start(tmp_path, servers, 2, train, ps))
     assert codes == [0] * (servers + 2)
     assert_close(tmp_path, reference(train, 2, 25))
     assert [e["step"] for e in lines(tmp_path, "event") if e["event"] == "resumed"] == [15]
-    assert result(tmp_path)["status"] == "completed" and result(tmp_path)["step"] == 25
+    assert (result(tmp_path).status, result(tmp_path).step) == ("completed", 25)
 
 
 def test_async_trains_digits_with_in_graph_feeding(tmp_path: Path) -> None:
@@ -104,27 +108,28 @@ def test_async_trains_digits_with_in_graph_feeding(tmp_path: Path) -> None:
     assert codes == [0, 0, 0]
     res = result(tmp_path)
     # One result shape for every layout: the runtime's keys, plus the parameter-server ones.
-    assert (res["status"], res["step"], res["layout"], res["world_size"]) == ("completed", 300, "ps", 3)
-    assert res["eval_accuracy"] >= 0.90 and res["feeding"] == "in-graph"
+    assert (res.status, res.step, res.layout, res.world_size) == ("completed", 300, "ps", 3)
+    assert res.eval_accuracy is not None and res.eval_accuracy >= 0.90 and res.mode == "async"
     assert {"staleness_mean", "staleness_max", "samples_per_s", "workers_alive"} <= set(
         lines(tmp_path, "train")[-1]
     )
     assert any(e["by"] == "worker 0" for e in lines(tmp_path, "eval"))  # periodic eval, worker side
     assert [e["event"] for e in lines(tmp_path, "event")] == ["start", "done"]
-    assert all(w["compute_s"] > 0 and w["steps"] > 100 for w in res["per_worker"].values())
+    assert res.per_worker and all(w.steps > 100 and (w.loss or 0) > 0 for w in res.per_worker.values())
+    worker_lines = RunDir(tmp_path).read_worker_metrics()
+    assert sorted(worker_lines) == [0, 1] and all(line.compute_s > 0 for line in worker_lines.values())
 
 
 def test_bounded_keeps_slow_worker_within_staleness(tmp_path: Path) -> None:
     train = {"steps": 120, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY}
-    train["options"] = {"delay_s": 0.005, "slow": "1:4"}
+    train["options"] = {"delay_s": 0.005, "slow_worker": 1, "slow_factor": 4}
     codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "bounded", "staleness": 1}))
     assert codes == [0, 0, 0]
-    workers = result(tmp_path)["per_worker"].values()
-    steps = [w["steps"] for w in workers]
+    steps = [w.steps for w in (result(tmp_path).per_worker or {}).values()]
     # A worker may run at most `staleness` steps ahead, plus the push it is waiting on.
     assert abs(steps[0] - steps[1]) <= 2, steps
-    fast, slow = (w["compute_s"] for w in workers)
-    assert slow > 2 * fast  # the injected straggler shows in its compute time
+    fast, slow = (line.compute_s for line in RunDir(tmp_path).read_worker_metrics().values())
+    assert slow > 2 * fast  # the injected straggler shows in its own compute time
 
 
 def test_killed_worker_is_dropped_and_training_finishes(tmp_path: Path) -> None:
@@ -138,18 +143,24 @@ def test_killed_worker_is_dropped_and_training_finishes(tmp_path: Path) -> None:
     assert [(e["worker"], e["reason"]) for e in dropped] == [(1, "connection closed")]
     assert lines(tmp_path, "train")[-1]["workers_alive"] == 1
     res = result(tmp_path)
-    assert res["step"] == 300 and res["per_worker"]["1"]["status"] == "dropped"
+    assert res.step == 300 and res.per_worker and res.per_worker["1"].status == "dropped"
     # What the batch script asks after a step that ended non-zero:
     assert launcher.check_result(tmp_path) == 0
 
 
 def test_crashing_worker_in_sync_mode_is_dropped(tmp_path: Path) -> None:
-    train = {"steps": 60, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY, "options": {"crash": "0:20"}}
+    train = {
+        "steps": 60,
+        "batch_size": 64,
+        "lr": 2e-3,
+        "entrypoint": FAULTY,
+        "options": {"crash_worker": 0, "crash_step": 20},
+    }
     codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "sync", "worker_timeout": 10}))
     assert codes == [0, 3, 0]
     res = result(tmp_path)
-    assert res["step"] == 60 and res["per_worker"]["0"]["status"] == "dropped"
-    assert res["per_worker"]["0"]["steps"] == 20
+    assert res.step == 60 and res.per_worker and res.per_worker["0"].status == "dropped"
+    assert res.per_worker["0"].steps == 20
 
 
 def test_killed_server_fails_the_job_cleanly(tmp_path: Path) -> None:
@@ -165,11 +176,11 @@ def test_killed_server_fails_the_job_cleanly(tmp_path: Path) -> None:
     # Every surviving rank went through the runtime's failure report, one line each.
     for rank in (2, 3):
         report = failure(tmp_path, rank)
-        assert report["message"].startswith(f"worker {rank - 2} on ") and "server 1 on " in report["message"]
-        assert "stopped answering (connection closed)" in report["message"]
-        assert report["error_type"] == "PSFailed"
+        assert report.message.startswith(f"worker {rank - 2} on ") and "server 1 on " in report.message
+        assert "stopped answering (connection closed)" in report.message
+        assert report.error_type == "PSFailed"
         assert "Traceback" not in launcher.log_text(tmp_path, rank)
-    assert "server 1 on " in failure(tmp_path, 0)["message"]
+    assert "server 1 on " in failure(tmp_path, 0).message
     assert [e["event"] for e in lines(tmp_path, "event")][-1] == "failed"
-    assert not (tmp_path / "result.json").exists()
+    assert RunDir(tmp_path).read_result() is None
     assert launcher.check_result(tmp_path) == 1

@@ -65,6 +65,6 @@ def run(resolved: Resolved, info: DistInfo, run_dir: Path) -> None:
         if lay.is_server:
             Server(lay, resolved, task, run_dir, names, Metrics(run_dir, info.rank)).serve()
         else:
-            Worker(lay, resolved, task, names).work()
+            Worker(lay, resolved, task, run_dir, names).work()
     except (ServerFailed, ServerLost, transport.PeerLost) as err:
         raise PSFailed(f"{lay.name} on {lay.node}: {err}") from None

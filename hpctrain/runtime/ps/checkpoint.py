@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from hpctrain.rundir import RunDir
 from hpctrain.runtime.checkpoint import MANIFEST, step_name
 
 
@@ -27,7 +28,7 @@ def step_of(name: str) -> int | None:
 
 
 def root(run_dir: Path) -> Path:
-    return run_dir / "checkpoints"
+    return RunDir(run_dir).checkpoints
 
 
 def step_dir(run_dir: Path, step: int) -> Path:

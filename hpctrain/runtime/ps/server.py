@@ -18,7 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from hpctrain.runtime.metrics import Metrics, write_result
+from hpctrain.rundir import RunDir
+from hpctrain.runtime.metrics import Metrics
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import lr_factor, make_optimizer
 from hpctrain.spec import Resolved
@@ -56,7 +57,7 @@ class Server:
         self.base_lrs = [group["lr"] for group in self.opt.param_groups]
         self.version = 0
         self.clocks = dict.fromkeys(range(lay.workers), 0)
-        self.stats = {w: stats.WorkerStats() for w in range(lay.workers)}
+        self.stats = {w: stats.WorkerProgress() for w in range(lay.workers)}
         self.cond = threading.Condition()
         self.failure: str | None = None
         self.acc = [torch.zeros_like(t) for t in self.tensors]  # sync: sum of this round's gradients
@@ -189,7 +190,7 @@ class Server:
             )
 
     def _log_train(self) -> None:
-        line = self.window.line(self.version, self.train.steps, len(self._active()), self.ps)
+        line = self.window.line(self.version, self.train.steps, len(self._active()), self.ps.mode)
         self.last_loss = line["loss"]
         self.metrics.write("train", **line)
         self.window = stats.Window()
@@ -231,8 +232,6 @@ class Server:
                 timeout = self.worker_timeout
                 if header.kind == BYE:
                     with self.cond:
-                        self.stats[worker].compute_s += header.compute_s
-                        self.stats[worker].wait_s += header.wait_s
                         self.stats[worker].status = "finished"
                         self._settle()
                     return
@@ -327,12 +326,11 @@ class Server:
         if evaluation:
             self.metrics.write("eval", step=self.version, **evaluation, by="server 0")
         if self.train.export_final:
-            torch.save(self.task.model.state_dict(), self.run_dir / "final_model.pt")
+            torch.save(self.task.model.state_dict(), RunDir(self.run_dir).final_model)
         if self.version < self.train.steps:
             return  # serve() reports the failure
         times = (time.time() - self.created, train_time)
-        write_result(
-            self.run_dir,
+        RunDir(self.run_dir).write_result(
             stats.result(
                 self.train,
                 self.ps,

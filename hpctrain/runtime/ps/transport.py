@@ -46,14 +46,13 @@ class Header:
     version: int = 0  # version of the server's shard (the worker's copy, or the server's own)
     samples: int = 0
     loss: float = float("nan")
-    compute_s: float = 0.0  # worker: forward+backward time of its previous step
-    wait_s: float = 0.0  # worker: time its previous step waited for servers (and its batch)
+    compute_s: float = 0.0  # worker: forward+backward time of this step
     stop: int = 0  # server reply: training is over
     eval_version: int = -1  # worker 0's periodic evaluation, carried to server 0
     eval_loss: float = float("nan")
     eval_accuracy: float = float("nan")
 
-    SIZE = 11
+    SIZE = 10
 
     def tensor(self) -> torch.Tensor:
         return torch.tensor([float(getattr(self, f.name)) for f in fields(self)], dtype=torch.float64)

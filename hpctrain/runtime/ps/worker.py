@@ -11,11 +11,13 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from hpctrain.rundir import RunDir, append_line
 from hpctrain.runtime import data
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import evaluation_result, evaluation_sums
@@ -25,6 +27,7 @@ from . import transport
 from .feed import ServerFeed, ShardFeed
 from .roles import Roles
 from .sharding import assign, shards, unflatten_into
+from .stats import WorkerWindow
 from .transport import BYE, GRAD_TAG0, HEADER_TAG, PARAMS_TAG, PULL, PUSH, Header, PeerLost
 
 
@@ -33,8 +36,10 @@ class ServerLost(RuntimeError):
 
 
 class Worker:
-    def __init__(self, lay: Roles, resolved: Resolved, task: Task, hosts: list[str]) -> None:
+    def __init__(self, lay: Roles, resolved: Resolved, task: Task, run_dir: Path, hosts: list[str]) -> None:
         self.lay, self.hosts, self.task = lay, hosts, task
+        self.lines = RunDir(run_dir).worker_metrics(lay.index)
+        self.lines.parent.mkdir(parents=True, exist_ok=True)
         self.train = resolved.job.train
         ps = resolved.parallel.ps
         assert ps is not None
@@ -121,9 +126,7 @@ class Worker:
         self.inputs, self.targets = self.feed.take(posted, timeout)  # type: ignore[arg-type]
         return replies
 
-    def _headers(
-        self, loss: float, samples: int, clock: int, compute_s: float, wait_s: float
-    ) -> list[Header]:
+    def _headers(self, loss: float, samples: int, clock: int, compute_s: float) -> list[Header]:
         headers = [
             Header(
                 kind=PUSH,
@@ -132,7 +135,6 @@ class Worker:
                 samples=samples,
                 loss=loss,
                 compute_s=compute_s,
-                wait_s=wait_s,
             )
             for s in range(self.lay.servers)
         ]
@@ -166,25 +168,31 @@ class Worker:
             self.inputs, self.targets = self.feed.post(clock)
         every = self.train.eval_every
         self.last_eval = self.versions[0] // every if every else 0
-        compute_s = wait_s = 0.0
+        window = WorkerWindow()
+        compute_s = 0.0
         stop = any(r.stop for r in replies)
         while not stop:
             begin = time.time()
             loss = self.task.loss(self.model(self.inputs), self.targets)
             loss_value = float(loss.detach())
             # Headers go before backward so servers post their gradient receives early.
-            self._send_headers(self._headers(loss_value, len(self.targets), clock, compute_s, wait_s))
+            self._send_headers(self._headers(loss_value, len(self.targets), clock, compute_s))
             loss.backward()
             self._ship_rest()
             compute_s = time.time() - begin
             clock += 1
             self._flush(self.answer_timeout)
             replies = self._pull(self.answer_timeout, clock)
-            wait_s = time.time() - begin - compute_s
+            window.add(loss_value, compute_s, time.time() - begin - compute_s)
             stop = any(r.stop for r in replies)
             if not stop:
                 self._maybe_eval()
-        self._send_headers([Header(kind=BYE, compute_s=compute_s, wait_s=wait_s)] * self.lay.servers)
+            if window.steps == self.train.log_every or stop:
+                append_line(
+                    self.lines, window.line(self.lay.index, clock, self.versions[0], len(self.targets))
+                )
+                window = WorkerWindow()
+        self._send_headers([Header(kind=BYE)] * self.lay.servers)
         self._flush(self.answer_timeout)
 
 
