@@ -20,7 +20,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO))  # for tests.launcher when this module is imported as _runtime_job
 from tests import launcher  # noqa: E402
-from tests.launcher import metrics, task_env  # noqa: E402
+from tests.launcher import metrics, task_env, wait_for  # noqa: E402, F401
 
 start_local = launcher.start  # tests start ranks through the one shared launcher
 
@@ -92,15 +92,6 @@ def run_local(run_dir: Path, world_size: int, timeout: float = 120) -> list[int 
 
 def events(run_dir: Path) -> list[str]:
     return [m["event"] for m in metrics(run_dir) if m["kind"] == "event"]
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def latest_step(run_dir: Path) -> int:
