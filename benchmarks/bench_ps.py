@@ -1,12 +1,16 @@
-"""Parameter-server modes side by side: sync vs bounded vs async with one straggler among 4 workers.
+"""Parameter-server modes and data feeding side by side, as local processes in one run.
 
-Runs each mode as local processes (1 server + W workers on this machine; the same code runs under
-srun), with ``HPCTRAIN_PS_DELAY`` standing in for per-step compute and ``HPCTRAIN_PS_SLOW`` making
-one worker ``--slow-factor`` times slower. Every mode sees the same number of samples: sync does
-``--steps`` global steps of ``--batch-size``; async and bounded apply ``--steps x W`` single-worker
-gradients of ``batch-size / W``. Prints a table, writes bench-out/ps.md and the loss plot.
+Table 1: sync vs bounded vs async with one straggler among W workers (between-graph feeding). The
+test-only entrypoint ``tests.launcher:faulty`` adds ``--delay`` seconds of compute per step and
+makes one worker ``--slow-factor`` times slower. Every mode sees the same number of samples: sync
+does ``--steps`` global steps of ``--batch-size``; async and bounded apply ``--steps x W``
+single-worker gradients of ``batch-size / W``.
+Table 2: between-graph vs in-graph feeding (server 0 sends every batch), sync and async, with no
+injected compute, so the data path shows. Each run is 1 server + W workers started by
+``tests/launcher.py`` (``python -m hpctrain.runtime`` per rank; the same code runs under srun).
+Prints the tables, writes bench-out/ps.md and the loss plot.
 
-    python benchmarks/bench_ps.py            # about 2 minutes on 2 cores
+    python benchmarks/bench_ps.py            # about 3 minutes on 2 cores
 """
 
 from __future__ import annotations
@@ -16,18 +20,27 @@ import datetime
 import json
 import os
 import platform
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from hpctrain.runtime.ps import local
+import msgspec
+
+from hpctrain.rundir import Result, RunDir
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+from tests import launcher  # noqa: E402
+
 MODES = ("sync", "bounded", "async")
+FEEDINGS = ("between-graph", "in-graph")
 
 
-def run_mode(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any]:
-    """Train one mode to the end; return its result.json plus the metrics lines."""
+def run_mode(
+    mode: str, args: argparse.Namespace, folder: Path, feeding: str = "between-graph", faults: bool = True
+) -> dict[str, Any]:
+    """Train one mode to the end; return its result plus the metrics lines."""
     workers = args.workers
     steps = args.steps if mode == "sync" else args.steps * workers
     eval_every = args.eval_every if mode == "sync" else args.eval_every * workers
@@ -39,16 +52,28 @@ def run_mode(mode: str, args: argparse.Namespace, folder: Path) -> dict[str, Any
         "eval_every": eval_every,
         "seed": 0,
     }
-    local.make_run_dir(
-        folder, args.entrypoint, 1, workers, train, {"mode": mode, "staleness": args.staleness}
-    )
-    env = {"HPCTRAIN_PS_DELAY": str(args.delay), "HPCTRAIN_PS_SLOW": f"{workers - 1}:{args.slow_factor}"}
-    codes = local.wait_all(local.launch(folder, 1 + workers, env), timeout_s=args.timeout)
+    if faults:
+        train["options"] = {
+            "base": args.entrypoint,
+            "delay_s": args.delay,
+            "slow_worker": workers - 1,
+            "slow_factor": args.slow_factor,
+        }
+    entrypoint = "tests.launcher:faulty" if faults else args.entrypoint
+    ps = {"mode": mode, "staleness": args.staleness, "feeding": feeding}
+    launcher.ps_run_dir(folder, entrypoint, 1, workers, train, ps)
+    codes = launcher.run(folder, 1 + workers, timeout=args.timeout)
     if codes != [0] * (1 + workers):
-        logs = "\n".join(local.log_text(folder, r)[-1500:] for r in range(1 + workers))
-        raise SystemExit(f"{mode}: exit codes {codes}\n{logs}")
-    result = json.loads((folder / "result.json").read_text())
-    records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        logs = "\n".join(launcher.log_text(folder, r)[-1500:] for r in range(1 + workers))
+        raise SystemExit(f"{mode}/{feeding}: exit codes {codes}\n{logs}")
+    found = RunDir(folder).read_result()
+    if not isinstance(found, Result):
+        raise SystemExit(f"{mode}/{feeding}: no result ({found})")
+    result = msgspec.to_builtins(found)
+    records = launcher.metrics(folder)
+    start = next(r["time"] for r in records if r.get("event") in ("start", "resumed"))
+    for record in records:
+        record["elapsed_s"] = record["time"] - start
     result["train_lines"] = [r for r in records if r["kind"] == "train"]
     result["eval_lines"] = [r for r in records if r["kind"] == "eval"]
     result["samples_per_update"] = args.batch_size if mode == "sync" else args.batch_size / workers
@@ -110,10 +135,10 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
         seconds, samples = time_to_accuracy(r, args.target)
         slow = r["per_worker"][str(args.workers - 1)]["samples_per_s"]
         rows.append(
-            f"| {mode} | {r['final_step']} | {r['wall_time_s']:.1f} | {r['samples_per_s']:.0f} | "
+            f"| {mode} | {r['step']} | {r['train_time_s']:.1f} | {r['samples_per_s']:.0f} | "
             f"{r['samples_per_s'] / sync_rate:.2f}x | {slow:.0f} | "
             f"{r['staleness_mean']:.1f}/{r['staleness_max']} | "
-            f"{r['eval']['accuracy']:.3f} | {'-' if seconds is None else f'{seconds:.1f}'} | "
+            f"{r['eval_accuracy']:.3f} | {'-' if seconds is None else f'{seconds:.1f}'} | "
             f"{'-' if samples is None else f'{samples:.0f}'} |"
         )
     ratio = results["async"]["samples_per_s"] / sync_rate
@@ -143,6 +168,31 @@ def report(results: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
     )
 
 
+def feeding_report(results: dict[tuple[str, str], dict[str, Any]], args: argparse.Namespace) -> str:
+    rows = [
+        "| mode | feeding | updates | wall s | samples/s | in-graph / between-graph | final acc |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for (mode, feed), r in results.items():
+        base = results[(mode, "between-graph")]["samples_per_s"]
+        rows.append(
+            f"| {mode} | {feed} | {r['step']} | {r['train_time_s']:.1f} | {r['samples_per_s']:.0f} | "
+            f"{r['samples_per_s'] / base:.2f}x | {r['eval_accuracy']:.3f} |"
+        )
+    return "\n".join(
+        [
+            "## Data feeding",
+            "",
+            f"The same jobs without injected compute or straggler ({args.workers} workers + 1 server, "
+            f"global batch {args.batch_size}): between-graph workers read their own shard, in-graph "
+            "server 0 reads every worker's batch and sends it with its reply.",
+            "",
+            *rows,
+            "",
+        ]
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--entrypoint", default="hpctrain.examples.digits:build")
@@ -162,8 +212,13 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-ps-") as tmp:
         results = {mode: run_mode(mode, args, Path(tmp) / mode) for mode in MODES}
+        feeding = {
+            (mode, feed): run_mode(mode, args, Path(tmp) / f"{mode}-{feed}", feed, faults=False)
+            for mode in ("sync", "async")
+            for feed in FEEDINGS
+        }
     plot(results, args.plot)
-    text = report(results, args)
+    text = report(results, args) + feeding_report(feeding, args)
     args.report.parent.mkdir(parents=True, exist_ok=True)
     args.report.write_text(text)
     if args.json:

@@ -139,6 +139,13 @@ class ParameterServer(Base):
     worker_timeout: Annotated[
         float, Meta(gt=0, description="Seconds of silence after which async servers drop a worker.")
     ] = 30.0
+    feeding: Annotated[
+        Literal["between-graph", "in-graph"],
+        Meta(
+            description="between-graph: each worker reads its own data shard; in-graph: server 0 "
+            "reads the data and sends each worker its batch with its reply."
+        ),
+    ] = "between-graph"
 
 
 class Parallel(Base):

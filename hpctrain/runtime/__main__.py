@@ -1,8 +1,10 @@
 """``python -m hpctrain.runtime``: one task of a job, started by srun, torchrun, mpirun or by hand.
 
-Reads ``$HPCTRAIN_RUN_DIR/spec.json``, joins the process group, trains (or hands parameter-server
-jobs to ``hpctrain.runtime.ps``), and on any exception writes ``failures/rank-N.json`` and exits
-non-zero so that ``srun --kill-on-bad-exit`` ends the whole job.
+Reads ``$HPCTRAIN_RUN_DIR/spec.json``, joins the process group, trains (parameter-server jobs
+through ``hpctrain.runtime.ps``), and on any exception writes ``failures/rank-N.json`` and exits
+non-zero so that ``srun --kill-on-bad-exit`` ends the whole job. ``--check-result`` exits 0 iff the
+run's result says training completed (the batch script asks this after a parameter-server step
+that lost a worker).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import threading
 from pathlib import Path
 
 from hpctrain import spec
+from hpctrain.errors import HpctrainError
 from hpctrain.runtime import bootstrap, logs, mesh, signals
 
 log = logging.getLogger("hpctrain.runtime")
@@ -35,8 +38,18 @@ def set_network_env(resolved: spec.Resolved) -> None:
         os.environ.setdefault(key, str(value))
 
 
+def finished(run_dir: Path) -> bool:
+    """Did training reach its last step? (The result rank 0 writes at the end.)"""
+    from hpctrain.rundir import Result, RunDir
+
+    result = RunDir(run_dir).read_result()
+    return isinstance(result, Result) and result.status == "completed" and result.step >= result.steps > 0
+
+
 def main() -> int:
     run_dir = run_dir_from_env()
+    if sys.argv[1:] == ["--check-result"]:
+        return 0 if finished(run_dir) else 1
     resolved = spec.loads((run_dir / "spec.json").read_bytes())
     # Before the slow torch import: the default action of SIGUSR1 is to terminate.
     signalled = signals.install(resolved.preemption.signal)
@@ -54,8 +67,12 @@ def main() -> int:
         from hpctrain.runtime.metrics import Metrics, write_failure
 
         path = write_failure(run_dir, info.rank, error, info.hostname)
-        log.exception("rank %d failed (%s): %s", info.rank, path, error)
+        diagnosed = isinstance(error, HpctrainError)  # its message says it all: no traceback
+        (log.error if diagnosed else log.exception)("rank %d failed (%s): %s", info.rank, path, error)
         Metrics(run_dir, info.rank).event("failed", error=f"{type(error).__name__}: {error}"[:500])
+        if diagnosed:
+            # Skip the interpreter's teardown: it may block on gloo pairs to peers that are gone.
+            exit_now(error.exit_code)
         raise
 
 
@@ -63,9 +80,9 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     import torch.distributed as dist
 
     if resolved.parallel.ps is not None:
-        from hpctrain.runtime import ps  # written separately; imported only for ps jobs
+        from hpctrain.runtime import ps
 
-        ps.run(resolved, info)
+        ps.run(resolved, info, run_dir)
         return 0
     from hpctrain.runtime.train import Trainer
 

@@ -13,7 +13,7 @@ import random
 import statistics
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +28,7 @@ from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
-from hpctrain.runtime.parallel.base import Strategy
-from hpctrain.runtime.task import Task
+from hpctrain.runtime.task import Batch, Task
 from hpctrain.spec import Resolved, Train
 
 log = logging.getLogger(__name__)
@@ -77,13 +76,47 @@ def lr_factor(step: int, warmup: int, total: int, schedule: str) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
-def make_optimizer(task: Task, strategy: Strategy, train: Train) -> torch.optim.Optimizer:
-    params = list(strategy.parameters())
+def make_optimizer(
+    task: Task, parameters: Iterable[torch.nn.Parameter], train: Train
+) -> torch.optim.Optimizer:
+    """The task's optimizer factory, else AdamW(train.lr, train.weight_decay)."""
+    params = list(parameters)
     if task.optimizer is not None:
         return task.optimizer(params)
     # The fused CUDA kernel updates all parameters in a few launches instead of one per tensor.
     fused = bool(params) and all(p.device.type == "cuda" for p in params)
     return torch.optim.AdamW(params, lr=train.lr, weight_decay=train.weight_decay, fused=fused or None)
+
+
+@torch.no_grad()
+def evaluation_sums(
+    task: Task,
+    forward: Callable[[torch.Tensor], torch.Tensor | None],
+    batches: Iterator[Batch],
+    device: torch.device,
+) -> torch.Tensor:
+    """(loss x samples, metric sum, samples) over ``batches``: float64 on ``device``, to all-reduce."""
+    sums = torch.zeros(3, dtype=torch.float64, device=device)
+    for batch in batches:
+        inputs, targets = data.to_device(batch, device)
+        outputs = forward(inputs)
+        if outputs is None:  # a pipeline stage before the last
+            continue
+        count = targets.shape[0]
+        sums[0] += task.loss(outputs, targets).double() * count
+        if task.metric is not None:
+            sums[1] += task.metric(outputs, targets).double()
+        sums[2] += count
+    return sums
+
+
+def evaluation_result(task: Task, sums: torch.Tensor) -> dict[str, float]:
+    """Mean loss (and accuracy, when the task has a metric) from :func:`evaluation_sums` totals."""
+    loss_sum, correct, count = (float(v) for v in sums.tolist())
+    result = {"loss": loss_sum / max(count, 1.0)}
+    if task.metric is not None:
+        result["accuracy"] = correct / max(count, 1.0)
+    return result
 
 
 # ----------------------------------------------------------------------------------------------
@@ -109,7 +142,7 @@ class Trainer:
         self.strategy = build_strategy(resolved, dist_info, self.task_mesh, self.task)
         # Dropout differs between data shards but not between tp/pp peers of one replica.
         seed_everything(self.train.seed + 1 + self.strategy.data_rank)
-        self.optimizer = make_optimizer(self.task, self.strategy, self.train)
+        self.optimizer = make_optimizer(self.task, self.strategy.parameters(), self.train)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer,
             lambda s: lr_factor(s, self.train.warmup_steps, self.train.steps, self.train.lr_schedule),
@@ -225,28 +258,14 @@ class Trainer:
         if self.task.eval_data is None:
             return {}
         self.strategy.train_mode(False)
-        device = self.strategy.device
-        sums = torch.zeros(3, dtype=torch.float64, device=device)  # loss * n, correct, n
         per_rank = self.train.batch_size // self.strategy.data_world
         shard = data.eval_batches(
             self.task.eval_data, per_rank, self.strategy.data_rank, self.strategy.data_world
         )
-        for batch in shard:
-            inputs, targets = data.to_device(batch, device)
-            outputs = self.strategy.eval_forward(inputs)
-            if outputs is None:  # a pipeline stage before the last
-                continue
-            count = targets.shape[0]
-            sums[0] += self.task.loss(outputs, targets).double() * count
-            if self.task.metric is not None:
-                sums[1] += self.task.metric(outputs, targets).double()
-            sums[2] += count
+        sums = evaluation_sums(self.task, self.strategy.eval_forward, shard, self.strategy.device)
         self.strategy.train_mode(True)
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
-        loss_sum, correct, count = (float(v) for v in sums.tolist())
-        result = {"loss": loss_sum / max(count, 1.0)}
-        if self.task.metric is not None:
-            result["accuracy"] = correct / max(count, 1.0)
+        result = evaluation_result(self.task, sums)
         self.metrics.write("eval", step=self.step, **{k: round(v, 6) for k, v in result.items()})
         log.info("eval at step %d: %s", self.step, result)
         self.last_eval = result

@@ -9,9 +9,7 @@ folder on PYTHONPATH.
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,8 +17,14 @@ from pathlib import Path
 
 import yaml
 
-QUEUE_TIMEOUT = 600  # seconds a test job may wait behind other jobs on the shared local cluster
 REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO))  # for tests.launcher when this module is imported as _runtime_job
+from tests import launcher  # noqa: E402
+from tests.launcher import metrics, task_env, wait_for  # noqa: E402, F401
+
+start_local = launcher.start  # tests start ranks through the one shared launcher
+
+QUEUE_TIMEOUT = 600  # seconds a test job may wait behind other jobs on the shared local cluster
 HERE = Path(__file__).resolve().parent
 
 
@@ -81,73 +85,13 @@ def write_run_dir(
     return run_dir
 
 
-def task_env(run_dir: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "PMI_", "OMPI_"))}
-    env.update(
-        HPCTRAIN_RUN_DIR=str(run_dir),
-        OMP_NUM_THREADS="1",
-        PYTHONPATH=os.pathsep.join([str(REPO), str(HERE), env.get("PYTHONPATH", "")]),
-    )
-    env.update(extra or {})
-    return env
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_local(run_dir: Path, world_size: int) -> list[subprocess.Popen[bytes]]:
-    """Start the ranks on this host the way torchrun would (env rendezvous, logs redirected)."""
-    port = str(free_port())
-    procs = []
-    for rank in range(world_size):
-        env = task_env(run_dir)
-        if world_size > 1:
-            env.update(
-                RANK=str(rank),
-                WORLD_SIZE=str(world_size),
-                LOCAL_RANK=str(rank),
-                MASTER_ADDR="127.0.0.1",
-                MASTER_PORT=port,
-                HPCTRAIN_REDIRECT_LOGS="1",
-            )
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "hpctrain.runtime"],
-                env=env,
-                stdout=subprocess.DEVNULL if world_size > 1 else None,
-                stderr=subprocess.DEVNULL if world_size > 1 else None,
-            )
-        )
-    return procs
-
-
-def run_local(run_dir: Path, world_size: int, timeout: float = 120) -> list[int]:
-    """Run all ranks to the end; their exit codes."""
-    procs = start_local(run_dir, world_size)
-    return [p.wait(timeout=timeout) for p in procs]
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    path = run_dir / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+def run_local(run_dir: Path, world_size: int, timeout: float = 120) -> list[int | None]:
+    """Run all ranks on this host to the end (``tests/launcher.py``); their exit codes."""
+    return launcher.run(run_dir, world_size, timeout)
 
 
 def events(run_dir: Path) -> list[str]:
     return [m["event"] for m in metrics(run_dir) if m["kind"] == "event"]
-
-
-def wait_for(predicate, timeout: float, interval: float = 0.2) -> bool:  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return False
 
 
 def latest_step(run_dir: Path) -> int:

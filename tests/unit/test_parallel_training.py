@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from hpctrain import spec
-from tests.integration import _runtime_job as job
+from tests import launcher
 
 ROOT = Path(__file__).resolve().parents[2]
 WORLD = 4
@@ -65,15 +65,15 @@ def write_spec(run_dir: Path, parallel: dict[str, Any], world: int, **train: Any
 
 def launch(run_dir: Path, world: int, timeout: float = 300) -> list[dict[str, Any]]:
     """Run the runtime in ``world`` local processes; returns rank 0's metrics records."""
-    codes = job.run_local(run_dir, world, timeout=timeout)
+    codes = launcher.run(run_dir, world, timeout=timeout)
     failed = [
-        f"rank {rank} exit {code}:\n" + (run_dir / "logs" / f"rank-{rank}.log").read_text()[-3000:]
+        f"rank {rank} exit {code}:\n" + launcher.log_text(run_dir, rank)[-3000:]
         for rank, code in enumerate(codes)
         if code
     ]
     if failed:
         raise AssertionError("\n".join(failed))
-    return job.metrics(run_dir)
+    return launcher.metrics(run_dir)
 
 
 def run_layout(

@@ -1,8 +1,11 @@
-"""Parameter-server training with real processes on localhost (gloo): modes, equivalence, failures."""
+"""Parameter-server training with real processes on localhost (gloo): modes, feeding, equivalence, failures.
+
+Every rank runs ``python -m hpctrain.runtime`` (``tests/launcher.py``), so these also test that
+parameter-server jobs take the runtime's bootstrap, metrics, result and failure paths.
+"""
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 from pathlib import Path
@@ -11,58 +14,65 @@ from typing import Any
 import pytest
 import torch
 
-from hpctrain.runtime.ps import checkpoint, local
-from hpctrain.runtime.ps.common import batch_indices, build_task, collate, worker_batch
+from hpctrain.rundir import FailureReport, Result, RunDir, read_json
+from hpctrain.runtime import data
+from hpctrain.runtime.ps import checkpoint, feed
+from hpctrain.runtime.train import load_task, make_optimizer
+from hpctrain.spec import Train
+from tests import launcher
 
 DIGITS = "hpctrain.examples.digits:build"
+FAULTY = "tests.launcher:faulty"
 pytestmark = pytest.mark.timeout(240)
 
 
-def start(
-    run_dir: Path,
-    servers: int,
-    workers: int,
-    train: dict[str, Any],
-    ps: dict[str, Any],
-    env: dict[str, str] | None = None,
-) -> list:
-    local.make_run_dir(run_dir, DIGITS, servers, workers, {"log_every": 10, **train}, ps)
-    return local.launch(run_dir, servers + workers, env)
+def start(run_dir: Path, servers: int, workers: int, train: dict[str, Any], ps: dict[str, Any]) -> list:
+    train = {"entrypoint": DIGITS, "log_every": 10, **train}
+    launcher.ps_run_dir(run_dir, train.pop("entrypoint"), servers, workers, train, ps)
+    return launcher.start(run_dir, servers + workers)
 
 
 def finish(run_dir: Path, procs: list, timeout_s: float = 180) -> list[int | None]:
-    codes = local.wait_all(procs, timeout_s)
-    logs = "\n".join(f"--- rank {r}\n{local.log_text(run_dir, r)[-2000:]}" for r in range(len(procs)))
+    codes = launcher.wait_all(procs, timeout_s)
+    logs = "\n".join(f"--- rank {r}\n{launcher.log_text(run_dir, r)[-2000:]}" for r in range(len(procs)))
     assert None not in codes, f"hung processes: {codes}\n{logs}"
     return codes
 
 
 def lines(run_dir: Path, kind: str) -> list[dict[str, Any]]:
-    text = (run_dir / "metrics.jsonl").read_text()
-    return [r for r in map(json.loads, text.splitlines()) if r["kind"] == kind]
+    return [r for r in launcher.metrics(run_dir) if r["kind"] == kind]
+
+
+def result(run_dir: Path) -> Result:
+    found = RunDir(run_dir).read_result()
+    assert isinstance(found, Result), found
+    return found
+
+
+def failure(run_dir: Path, rank: int) -> FailureReport:
+    found = read_json(RunDir(run_dir).failure(rank), FailureReport)
+    assert isinstance(found, FailureReport), found
+    return found
 
 
 def reference(train: dict[str, Any], workers: int, steps: int) -> dict[str, torch.Tensor]:
-    """Synchronous data parallel in one process: average the workers' gradients, one AdamW step."""
-    from hpctrain.spec import Train
-
+    """Synchronous data parallel in one process, from the runtime's own pieces: the same task, data
+    shards and optimizer; the workers' gradients averaged into one step."""
     spec = Train(entrypoint=DIGITS, **train)
-    task = build_task(spec)
-    opt = torch.optim.AdamW(task.model.parameters(), lr=spec.lr, weight_decay=spec.weight_decay)
-    length = len(task.train_data)  # type: ignore[arg-type]
+    task = load_task(spec)
+    opt = make_optimizer(task, task.model.parameters(), spec)
+    shards = [feed.sampler(task, spec, w, workers) for w in range(workers)]
     for step in range(steps):
         grads = []
-        for w in range(workers):
-            idx = batch_indices(
-                length, w, workers, worker_batch(spec.batch_size, w, workers), spec.seed, step
-            )
-            inputs, targets = collate(task.train_data, idx)
+        for shard in shards:
+            inputs, targets = feed.batch_at(task, shard, step)
             task.model.zero_grad()
             task.loss(task.model(inputs), targets).backward()
             grads.append([p.grad.clone() for p in task.model.parameters()])
         for i, param in enumerate(task.model.parameters()):
             param.grad = sum(g[i] for g in grads) / workers
         opt.step()
+    assert data  # the sampler is the runtime's ShardedSampler
     return {k: v.detach() for k, v in task.model.named_parameters()}
 
 
@@ -75,78 +85,102 @@ def assert_close(run_dir: Path, expected: dict[str, torch.Tensor]) -> None:
         torch.testing.assert_close(got[name], value, rtol=1e-5, atol=1e-6, msg=name)
 
 
-@pytest.mark.parametrize("servers", [1, 2])
-def test_sync_matches_data_parallel_and_resumes(tmp_path: Path, servers: int) -> None:
+@pytest.mark.parametrize(("servers", "feeding"), [(1, "between-graph"), (2, "in-graph")])
+def test_sync_matches_data_parallel_and_resumes(tmp_path: Path, servers: int, feeding: str) -> None:
     train = {"steps": 15, "batch_size": 32, "lr": 3e-3, "seed": 3}
-    finish(tmp_path, start(tmp_path, servers, 2, train, {"mode": "sync"}))
+    ps = {"mode": "sync", "feeding": feeding}
+    assert finish(tmp_path, start(tmp_path, servers, 2, train, ps)) == [0] * (servers + 2)
     assert checkpoint.complete_steps(tmp_path) == [15]
     assert_close(tmp_path, reference(train, 2, 15))
+    assert f"{feeding} feeding" in launcher.log_text(tmp_path, 0)
     # A restarted job with more steps picks up the shards, optimizer state and data position.
     train["steps"] = 25
-    codes = finish(tmp_path, start(tmp_path, servers, 2, train, {"mode": "sync"}))
+    codes = finish(tmp_path, start(tmp_path, servers, 2, train, ps))
     assert codes == [0] * (servers + 2)
     assert_close(tmp_path, reference(train, 2, 25))
     assert [e["step"] for e in lines(tmp_path, "event") if e["event"] == "resumed"] == [15]
+    assert (result(tmp_path).status, result(tmp_path).step) == ("completed", 25)
 
 
-def test_async_trains_digits(tmp_path: Path) -> None:
+def test_async_trains_digits_with_in_graph_feeding(tmp_path: Path) -> None:
     train = {"steps": 300, "batch_size": 64, "lr": 2e-3, "eval_every": 150}
-    codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "async"}))
+    codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "async", "feeding": "in-graph"}))
     assert codes == [0, 0, 0]
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["final_step"] == 300 and result["eval"]["accuracy"] >= 0.90
+    res = result(tmp_path)
+    # One result shape for every layout: the runtime's keys, plus the parameter-server ones.
+    assert (res.status, res.step, res.layout, res.world_size) == ("completed", 300, "ps", 3)
+    assert res.eval_accuracy is not None and res.eval_accuracy >= 0.90 and res.mode == "async"
     assert {"staleness_mean", "staleness_max", "samples_per_s", "workers_alive"} <= set(
         lines(tmp_path, "train")[-1]
     )
     assert any(e["by"] == "worker 0" for e in lines(tmp_path, "eval"))  # periodic eval, worker side
-    assert (tmp_path / "metrics" / "worker-1.jsonl").exists()
+    assert [e["event"] for e in lines(tmp_path, "event")] == ["start", "done"]
+    assert res.per_worker and all(w.steps > 100 and (w.loss or 0) > 0 for w in res.per_worker.values())
+    worker_lines = RunDir(tmp_path).read_worker_metrics()
+    assert sorted(worker_lines) == [0, 1] and all(line.compute_s > 0 for line in worker_lines.values())
 
 
 def test_bounded_keeps_slow_worker_within_staleness(tmp_path: Path) -> None:
-    train = {"steps": 120, "batch_size": 64, "lr": 2e-3}
-    env = {"HPCTRAIN_PS_DELAY": "0.005", "HPCTRAIN_PS_SLOW": "1:4"}
-    codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "bounded", "staleness": 1}, env))
+    train = {"steps": 120, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY}
+    train["options"] = {"delay_s": 0.005, "slow_worker": 1, "slow_factor": 4}
+    codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "bounded", "staleness": 1}))
     assert codes == [0, 0, 0]
-    steps = [w["steps"] for w in json.loads((tmp_path / "result.json").read_text())["per_worker"].values()]
+    steps = [w.steps for w in (result(tmp_path).per_worker or {}).values()]
     # A worker may run at most `staleness` steps ahead, plus the push it is waiting on.
     assert abs(steps[0] - steps[1]) <= 2, steps
-
-
-def wait_for(path: Path, timeout_s: float = 60) -> None:
-    deadline = time.time() + timeout_s
-    while not (path.exists() and path.stat().st_size):
-        assert time.time() < deadline, f"{path} never appeared"
-        time.sleep(0.1)
+    fast, slow = (line.compute_s for line in RunDir(tmp_path).read_worker_metrics().values())
+    assert slow > 2 * fast  # the injected straggler shows in its own compute time
 
 
 def test_killed_worker_is_dropped_and_training_finishes(tmp_path: Path) -> None:
-    train = {"steps": 300, "batch_size": 64, "lr": 2e-3}
-    procs = start(
-        tmp_path, 1, 2, train, {"mode": "async", "worker_timeout": 10}, {"HPCTRAIN_PS_DELAY": "0.01"}
-    )
-    wait_for(tmp_path / "metrics" / "worker-1.jsonl")
+    train = {"steps": 300, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY, "options": {"delay_s": 0.01}}
+    procs = start(tmp_path, 1, 2, train, {"mode": "async", "worker_timeout": 10})
+    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 2, 60)
     procs[2].send_signal(signal.SIGKILL)
     codes = finish(tmp_path, procs)
     assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL
     dropped = [e for e in lines(tmp_path, "event") if e["event"] == "worker_dropped"]
     assert [(e["worker"], e["reason"]) for e in dropped] == [(1, "connection closed")]
     assert lines(tmp_path, "train")[-1]["workers_alive"] == 1
-    result = json.loads((tmp_path / "result.json").read_text())
-    assert result["final_step"] == 300 and result["per_worker"]["1"]["status"] == "dropped"
+    res = result(tmp_path)
+    assert res.step == 300 and res.per_worker and res.per_worker["1"].status == "dropped"
+    # What the batch script asks after a step that ended non-zero:
+    assert launcher.check_result(tmp_path) == 0
+
+
+def test_crashing_worker_in_sync_mode_is_dropped(tmp_path: Path) -> None:
+    train = {
+        "steps": 60,
+        "batch_size": 64,
+        "lr": 2e-3,
+        "entrypoint": FAULTY,
+        "options": {"crash_worker": 0, "crash_step": 20},
+    }
+    codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "sync", "worker_timeout": 10}))
+    assert codes == [0, 3, 0]
+    res = result(tmp_path)
+    assert res.step == 60 and res.per_worker and res.per_worker["0"].status == "dropped"
+    assert res.per_worker["0"].steps == 20
 
 
 def test_killed_server_fails_the_job_cleanly(tmp_path: Path) -> None:
     train = {"steps": 5000, "batch_size": 64, "lr": 2e-3, "timeout_s": 30}
-    procs = start(tmp_path, 2, 2, train, {"mode": "sync"}, {"HPCTRAIN_PS_DELAY": "0.01"})
-    wait_for(tmp_path / "metrics.jsonl")
+    train.update(entrypoint=FAULTY, options={"delay_s": 0.01})
+    procs = start(tmp_path, 2, 2, train, {"mode": "sync"})
+    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 1, 60)
     killed = time.time()
     procs[1].send_signal(signal.SIGKILL)
     codes = finish(tmp_path, procs, timeout_s=60)
     assert time.time() - killed < 30
     assert codes[1] == -signal.SIGKILL and codes[0] == 1 and codes[2:] == [1, 1]
+    # Every surviving rank went through the runtime's failure report, one line each.
     for rank in (2, 3):
-        error = local.log_text(tmp_path, rank).strip().splitlines()[-1]
-        assert error.startswith(f"hpctrain ps: worker {rank - 2} on ") and "server 1 on " in error
-        assert "stopped answering (connection closed)" in error
-    last = local.log_text(tmp_path, 0).strip().splitlines()[-1]
-    assert last.startswith("hpctrain ps: server 0 on ") and "server 1 on " in last, last
+        report = failure(tmp_path, rank)
+        assert report.message.startswith(f"worker {rank - 2} on ") and "server 1 on " in report.message
+        assert "stopped answering (connection closed)" in report.message
+        assert report.error_type == "PSFailed"
+        assert "Traceback" not in launcher.log_text(tmp_path, rank)
+    assert "server 1 on " in failure(tmp_path, 0).message
+    assert [e["event"] for e in lines(tmp_path, "event")][-1] == "failed"
+    assert RunDir(tmp_path).read_result() is None
+    assert launcher.check_result(tmp_path) == 1

@@ -1,4 +1,4 @@
-"""Parameter-server building blocks: sharding, data order, headers, rank layout, checkpoints."""
+"""Parameter-server building blocks: sharding, data order, batch descriptors, headers, roles, checkpoints."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpctrain.runtime.ps import checkpoint, roles, sharding
-from hpctrain.runtime.ps.common import batch_indices, lr_factor, worker_batch
+from hpctrain.runtime import bootstrap
+from hpctrain.runtime.ps import checkpoint, feed, roles, sharding
 from hpctrain.runtime.ps.transport import PUSH, Header
+from hpctrain.runtime.task import Task
 from hpctrain.spec import Train
 
 
@@ -47,29 +48,45 @@ def test_flatten_round_trip() -> None:
     assert all(torch.equal(a, b) for a, b in zip(tensors, targets, strict=True))
 
 
-def test_batch_indices_disjoint_per_epoch_and_deterministic() -> None:
-    length, workers, batch = 100, 3, 8
-    steps_per_epoch = len(range(2, length, workers)) // batch  # the shortest shard
-    seen: list[int] = []
-    for worker in range(workers):
-        for clock in range(steps_per_epoch):
-            seen += batch_indices(length, worker, workers, batch, seed=7, clock=clock)
-    assert len(seen) == len(set(seen)) == workers * steps_per_epoch * batch
-    assert batch_indices(length, 1, workers, batch, 7, 5) == batch_indices(length, 1, workers, batch, 7, 5)
-    assert batch_indices(length, 1, workers, batch, 7, 0) != batch_indices(length, 1, workers, batch, 8, 0)
-    with pytest.raises(ValueError):
-        batch_indices(10, 0, 3, 8, 0, 0)
+def test_worker_shards_are_disjoint_parts_of_each_global_batch() -> None:
+    """Between-graph workers and the in-graph feeder use the same sampler: worker k reads part k
+    of global batch c, so W workers together read exactly what one process would."""
+    data = torch.utils.data.TensorDataset(torch.arange(100).float().unsqueeze(1), torch.arange(100))
+    task = Task(model=torch.nn.Linear(1, 1), train_data=data, loss=torch.nn.functional.mse_loss)
+    train = Train(entrypoint="m:f", batch_size=12, seed=7)
+    workers = 3
+    shards = [feed.sampler(task, train, w, workers) for w in range(workers)]
+    for clock in range(20):  # past the end of an epoch (8 global batches)
+        parts = [feed.batch_at(task, shard, clock)[1].tolist() for shard in shards]
+        assert all(len(p) == 4 for p in parts)
+        assert len({i for part in parts for i in part}) == 12
+    epoch0 = [i for c in range(8) for s in shards for i in feed.batch_at(task, s, c)[1].tolist()]
+    assert len(set(epoch0)) == len(epoch0) == 96
+    assert feed.batch_at(task, shards[1], 5)[1].tolist() == feed.batch_at(task, shards[1], 5)[1].tolist()
+    with pytest.raises(ValueError, match="does not split over 5"):
+        feed.sampler(task, train, 0, 5)
 
 
-def test_worker_batch_splits_global_batch() -> None:
-    assert [worker_batch(10, w, 4) for w in range(4)] == [3, 3, 2, 2]
+@pytest.mark.parametrize(
+    "batch",
+    [
+        (torch.randn(4, 1, 8, 8), torch.arange(4)),
+        (torch.randint(0, 255, (3, 5), dtype=torch.uint8), torch.randn(3, 2, dtype=torch.float64)),
+    ],
+)
+def test_batch_descriptor_round_trip(batch: tuple[torch.Tensor, torch.Tensor]) -> None:
+    buffers = feed.allocate(feed.describe(batch))
+    assert [(b.shape, b.dtype) for b in buffers] == [(t.shape, t.dtype) for t in batch]
+    with pytest.raises(ValueError, match="cannot send"):
+        feed.describe((torch.zeros(2, dtype=torch.complex64), torch.zeros(2)))
 
 
-def test_lr_factor_warmup_and_cosine() -> None:
-    train = Train(entrypoint="m:f", steps=10, warmup_steps=2, lr_schedule="cosine")
-    assert lr_factor(train, 0) == pytest.approx(0.5)
-    assert lr_factor(train, 2) == pytest.approx(1.0)
-    assert lr_factor(train, 10) == pytest.approx(0.0)
+def test_lr_schedule_is_the_runtimes() -> None:
+    """Servers apply the runtime's lr_factor per update (no schedule of their own)."""
+    from hpctrain.runtime.train import lr_factor
+
+    assert lr_factor(0, 2, 10, "cosine") == pytest.approx(0.5)
+    assert lr_factor(10, 2, 10, "cosine") == pytest.approx(0.0)
 
 
 def test_header_round_trip() -> None:
@@ -84,29 +101,30 @@ def test_header_round_trip() -> None:
     )
 
 
-def test_layout_from_env_and_hetjob(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in ("RANK", "WORLD_SIZE", "SLURM_HET_SIZE"):
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("SLURM_PROCID", "2")
-    monkeypatch.setenv("SLURM_NTASKS", "4")  # one component's count: the het counts win
-    monkeypatch.setenv("SLURM_HET_SIZE", "2")
-    monkeypatch.setenv("SLURM_NTASKS_HET_GROUP_0", "2")
-    monkeypatch.setenv("SLURM_NTASKS_HET_GROUP_1", "4")
-    lay = roles.layout(2)
-    assert (lay.world_size, lay.is_server, lay.index, lay.workers) == (6, False, 0, 4)
-    roles.check_hetjob(lay)
-    with pytest.raises(RuntimeError, match="component 0 has 2 tasks"):
-        roles.check_hetjob(roles.layout(1))
-
-
-def test_layout_prefers_dist_info() -> None:
-    class Info:
-        rank, world_size, master_addr, master_port, hostname = 0, 3, "node1", 1234, "node1"
-
-    lay = roles.layout(1, Info())
-    assert (lay.is_server, lay.workers, lay.master_addr, lay.node) == (True, 2, "node1", "node1")
-    with pytest.raises(RuntimeError, match="leave no worker"):
-        roles.layout(3, Info())
+def test_roles_from_the_runtimes_bootstrap(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hetjob step (as Slurm sets it up, checked on the local cluster): global SLURM_PROCID,
+    SLURM_STEP_NUM_TASKS over both components; servers first."""
+    env = {
+        "SLURM_PROCID": "2",
+        "SLURM_STEP_ID": "0",
+        "SLURM_NTASKS": "6",
+        "SLURM_STEP_NUM_TASKS": "6",
+        "SLURM_JOB_NODELIST": "node[1-2]",
+        "SLURMD_NODENAME": "node2",
+        "SLURM_HET_SIZE": "2",
+        "SLURM_NTASKS_HET_GROUP_0": "2",
+        "SLURM_NTASKS_HET_GROUP_1": "4",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    info = bootstrap.discover(env)
+    lay = roles.roles(info, 2)
+    assert (lay.world_size, lay.is_server, lay.index, lay.workers, lay.node) == (6, False, 0, 4, "node2")
+    assert lay.name == "worker 0"
+    with pytest.raises(ValueError, match="component 0 has 2 tasks"):
+        roles.roles(info, 1)
+    with pytest.raises(ValueError, match="leave no worker"):
+        roles.roles(info, 6)
 
 
 def _shard(value: float) -> dict:
@@ -122,5 +140,5 @@ def test_checkpoint_manifest_only_when_complete_and_pruned(tmp_path: Path) -> No
     for server in (0, 1):
         checkpoint.save_shard(tmp_path, 20, server, 2, _shard(3), keep=1)
     assert checkpoint.complete_steps(tmp_path) == [20]
-    assert not (tmp_path / "checkpoints" / "step-10").exists()
-    assert not list((tmp_path / "checkpoints" / "step-20").glob(".*tmp*"))
+    assert not checkpoint.step_dir(tmp_path, 10).exists()
+    assert not list(checkpoint.step_dir(tmp_path, 20).glob(".*tmp*"))

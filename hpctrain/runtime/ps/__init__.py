@@ -1,90 +1,70 @@
-"""Parameter-server training: ranks 0..S-1 serve parameter shards, the other ranks compute gradients."""
+"""Parameter-server training as a strategy of the runtime: ranks 0..S-1 serve shards, the rest compute.
+
+The runtime (``python -m hpctrain.runtime``) discovers the ranks, loads the task and records
+failures as for every other layout; :func:`run` joins the gloo group and runs this rank's role.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
-import sys
 from pathlib import Path
-from typing import Any
 
+from hpctrain.errors import HpctrainError
+from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.spec import Resolved
 
-
-def finished(run_dir: str | Path) -> bool:
-    """Did training reach ``train.steps``? (result.json by server 0.) Under ``--kill-on-bad-exit=0``
-    a dropped worker leaves a non-zero srun exit code; the batch script asks this instead."""
-    import json
-
-    try:
-        result = json.loads((Path(run_dir) / "result.json").read_text())
-    except (OSError, ValueError):
-        return False
-    return int(result.get("final_step", -1)) >= int(result.get("steps", 0)) > 0
+log = logging.getLogger(__name__)
 
 
-class PSFailed(RuntimeError):
-    """The job cannot finish; the message is one line for the task's stderr."""
+class PSFailed(HpctrainError, RuntimeError):
+    """The job cannot finish; the message is one line naming the rank, its node and the cause."""
 
 
-def run(
-    resolved: Resolved,
-    dist_info: Any | None = None,
-    run_dir: str | Path | None = None,
-    exit_on_failure: bool = True,
-) -> None:
-    """Run this process's role to the end, or exit the process with code 1 and a one-line error.
-
-    With ``exit_on_failure=False`` a failure raises :class:`PSFailed` (one-line message) instead,
-    for a caller that records failures itself.
-
-    ``dist_info``: the runtime's DistInfo (rank, world_size, master_addr, master_port); without it
-    the rank comes from the environment. The run directory is ``run_dir``, ``dist_info.run_dir``
-    or ``$HPCTRAIN_RUN_DIR``.
-    """
-    try:
-        _run(resolved, dist_info, run_dir)
-    except PSFailed as err:
-        if not exit_on_failure:
-            raise
-        print(f"hpctrain ps: {err}", file=sys.stderr, flush=True)
-        # os._exit: interpreter teardown may block on gloo pairs to peers that are gone.
-        os._exit(1)
-
-
-def _run(resolved: Resolved, dist_info: Any | None, run_dir: str | Path | None) -> None:
+def run(resolved: Resolved, info: DistInfo, run_dir: Path) -> None:
+    """Run this process's role to the end, or raise :class:`PSFailed` with a one-line message."""
     import torch
     import torch.distributed as dist
 
-    from . import roles, transport
+    from hpctrain.runtime import bootstrap
+    from hpctrain.runtime.metrics import Metrics
+    from hpctrain.runtime.train import load_task
+
+    from . import transport
+    from .roles import roles
     from .server import Server, ServerFailed
     from .worker import ServerLost, Worker
 
     ps = resolved.parallel.ps
-    if ps is None:
-        raise PSFailed("train.parallel has no ps section")
-    folder = run_dir or getattr(dist_info, "run_dir", None) or os.environ.get("HPCTRAIN_RUN_DIR")
-    if not folder:
-        raise PSFailed("no run directory: set HPCTRAIN_RUN_DIR")
+    assert ps is not None, "not a parameter-server job"
     try:
-        lay = roles.layout(ps.servers, dist_info)
-        roles.check_hetjob(lay)
-    except RuntimeError as err:
+        lay = roles(info, ps.servers)
+    except ValueError as err:
         raise PSFailed(str(err)) from None
     torch.set_num_threads(max(1, int(os.environ.get("OMP_NUM_THREADS", "1"))))
+    train = resolved.job.train
+    task = load_task(train)
     try:
-        transport.init(lay, float(resolved.job.train.timeout_s))
-        hosts: list[Any] = [None] * lay.world_size
-        dist.all_gather_object(hosts, lay.node)  # node names, for error messages
+        bootstrap.init_process_group(info, "gloo", train.timeout_s)
+        hosts: list[object] = [None] * lay.world_size
+        dist.all_gather_object(hosts, lay.node)  # node names, for error messages and the result
     except RuntimeError as err:  # includes DistStoreError and gloo connect failures
-        raise PSFailed(
-            f"{lay.name} on {lay.node}: could not join the job at {lay.master_addr}:{lay.master_port}: "
-            f"{str(err).splitlines()[0] if str(err) else type(err).__name__}"
-        ) from None
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        where = f"{info.master_addr}:{info.master_port}"
+        raise PSFailed(f"{lay.name} on {lay.node}: could not join the job at {where}: {first}") from None
     names = [str(h) for h in hosts]
+    log.info(
+        "%s of %d servers + %d workers (%s, %s feeding)",
+        lay.name,
+        ps.servers,
+        lay.workers,
+        ps.mode,
+        ps.feeding,
+    )
     try:
         if lay.is_server:
-            Server(lay, resolved, Path(folder), names).serve()
+            Server(lay, resolved, task, run_dir, names, Metrics(run_dir, info.rank)).serve()
         else:
-            Worker(lay, resolved, Path(folder), names).work()
+            Worker(lay, resolved, task, run_dir, names).work()
     except (ServerFailed, ServerLost, transport.PeerLost) as err:
         raise PSFailed(f"{lay.name} on {lay.node}: {err}") from None

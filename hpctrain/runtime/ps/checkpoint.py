@@ -1,4 +1,4 @@
-"""Server shard checkpoints: checkpoints/step-N/server-K.pt plus manifest.json, atomic, resumable.
+"""Server shard checkpoints in the runtime's checkpoint folders: one file per server plus a manifest.
 
 Each server writes its own shard file (tmp + rename). Whichever server finds all shard files of a
 step present after writing its own writes the manifest, so no server waits on another; a step
@@ -8,8 +8,8 @@ name, so a restart with a different number of servers can still pick its tensors
 
 from __future__ import annotations
 
+import json
 import os
-import re
 import shutil
 import time
 from pathlib import Path
@@ -17,43 +17,56 @@ from typing import Any
 
 import torch
 
-from .common import write_json_atomic
+from hpctrain.rundir import RunDir
+from hpctrain.runtime.checkpoint import MANIFEST, step_name
 
-_STEP_DIR = re.compile(r"^step-(\d+)$")
+
+def step_of(name: str) -> int | None:
+    """The step of a checkpoint folder's name (the runtime's :func:`step_name`), else None."""
+    digits = name.rpartition("-")[2]
+    return int(digits) if digits.isdigit() and step_name(int(digits)) == name else None
+
+
+def root(run_dir: Path) -> Path:
+    return RunDir(run_dir).checkpoints
 
 
 def step_dir(run_dir: Path, step: int) -> Path:
-    return run_dir / "checkpoints" / f"step-{step}"
+    return root(run_dir) / step_name(step)
+
+
+def shard_name(server: int) -> str:
+    return f"server-{server}.pt"
 
 
 def save_shard(run_dir: Path, step: int, server: int, servers: int, state: dict[str, Any], keep: int) -> Path:
     """Write this server's shard for ``step``; write the manifest and prune if the set is complete."""
     folder = step_dir(run_dir, step)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"server-{server}.pt"
-    tmp = folder / f".server-{server}.pt.tmp{os.getpid()}"
+    path = folder / shard_name(server)
+    tmp = folder / f".{path.name}.tmp{os.getpid()}"
     torch.save(state, tmp)
     os.replace(tmp, path)
-    present = sorted(p.name for p in folder.glob("server-*.pt"))
+    present = sorted(name for name in map(shard_name, range(servers)) if (folder / name).exists())
     if len(present) >= servers:
-        write_json_atomic(
-            folder / "manifest.json",
-            {"step": step, "servers": servers, "files": present, "time": round(time.time(), 3)},
-        )
+        manifest = {"step": step, "servers": servers, "files": present, "time": round(time.time(), 3)}
+        tmp = folder / f".{MANIFEST}.tmp{os.getpid()}"
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, folder / MANIFEST)
         prune(run_dir, keep)
     return path
 
 
 def complete_steps(run_dir: Path) -> list[int]:
     """Steps with a manifest, oldest first."""
-    root = run_dir / "checkpoints"
-    if not root.is_dir():
+    folder = root(run_dir)
+    if not folder.is_dir():
         return []
     steps = []
-    for child in root.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / "manifest.json").exists():
-            steps.append(int(match.group(1)))
+    for child in folder.iterdir():
+        step = step_of(child.name)
+        if step is not None and (child / MANIFEST).exists():
+            steps.append(step)
     return sorted(steps)
 
 
@@ -64,9 +77,9 @@ def prune(run_dir: Path, keep: int) -> None:
         return
     kept = set(complete[-keep:])
     oldest_kept = min(kept)
-    for child in (run_dir / "checkpoints").iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and int(match.group(1)) not in kept and int(match.group(1)) < oldest_kept:
+    for child in root(run_dir).iterdir():
+        step = step_of(child.name)
+        if step is not None and step not in kept and step < oldest_kept:
             shutil.rmtree(child, ignore_errors=True)
 
 
@@ -81,8 +94,9 @@ def load_latest(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
         return None
     step = steps[-1]
     merged: dict[str, Any] = {"params": {}, "optim": {}, "clocks": {}}
-    for path in sorted(step_dir(run_dir, step).glob("server-*.pt")):
-        shard = torch.load(path, map_location="cpu", weights_only=True)
+    manifest = json.loads((step_dir(run_dir, step) / MANIFEST).read_text())
+    for name in manifest["files"]:
+        shard = torch.load(step_dir(run_dir, step) / name, map_location="cpu", weights_only=True)
         merged["params"].update(shard["params"])
         merged["optim"].update(shard["optim"])
         if sum(shard["clocks"].values()) >= sum(merged["clocks"].values()):

@@ -4,80 +4,77 @@ One thread per worker receives that worker's messages; all shared state sits beh
 variable. ``sync`` averages one gradient per active worker into each update, ``async`` applies every
 gradient on arrival, ``bounded`` applies on arrival but holds back the reply to a worker that is
 more than ``staleness`` steps ahead of the slowest active one (stale synchronous parallel).
+With in-graph feeding, server 0 is also the feeder: each reply to a worker carries its next batch.
 """
 
 from __future__ import annotations
 
-import sys
+import logging
 import threading
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
+from torch import nn
 
+from hpctrain.rundir import RunDir
+from hpctrain.runtime.metrics import Metrics
+from hpctrain.runtime.task import Task
+from hpctrain.runtime.train import lr_factor, make_optimizer
 from hpctrain.spec import Resolved
 
-from . import checkpoint, transport
-from .common import JsonLines, build_task, evaluate, lr_factor, make_optimizer, write_json_atomic
-from .roles import Layout
+from . import checkpoint, feed, stats, transport
+from .roles import Roles
 from .sharding import assign, flatten, shards, unflatten_into
-from .transport import BYE, GATHER_TAG, GRAD_TAG0, PARAMS, PARAMS_TAG, PUSH, Header, PeerLost
+from .transport import BYE, GATHER_TAG, GRAD_TAG0, PARAMS, PARAMS_TAG, PULL, PUSH, Header, PeerLost
+from .worker import evaluate
+
+log = logging.getLogger(__name__)
 
 
 class ServerFailed(RuntimeError):
     """Training cannot finish: every worker is gone, or another server stopped answering."""
 
 
-@dataclass
-class WorkerStats:
-    samples: int = 0
-    pushes: int = 0
-    first: float | None = None
-    last: float = 0.0
-    status: str = "running"
-    reason: str = ""
-
-
-@dataclass
-class Window:
-    """What server 0 saw since its last metrics line."""
-
-    start: float = field(default_factory=time.time)
-    losses: list[float] = field(default_factory=list)
-    samples: int = 0
-    staleness: list[int] = field(default_factory=list)
-
-
 class Server:
-    def __init__(self, lay: Layout, resolved: Resolved, run_dir: Path, hosts: list[str]) -> None:
-        self.lay, self.run_dir, self.hosts = lay, run_dir, hosts
+    def __init__(
+        self, lay: Roles, resolved: Resolved, task: Task, run_dir: Path, hosts: list[str], metrics: Metrics
+    ) -> None:
+        self.lay, self.run_dir, self.hosts, self.task = lay, run_dir, hosts, task
+        self.created = time.time()
         self.train = resolved.job.train
         ps = resolved.parallel.ps
         assert ps is not None
         self.ps = ps
-        self.task = build_task(self.train)
         named = list(self.task.model.named_parameters())
         owner = assign([p.numel() for _, p in named], lay.servers)
         self.mine = shards(owner, lay.servers)[lay.index]
         self.names = [named[i][0] for i in self.mine]
         self.tensors = [named[i][1] for i in self.mine]
-        self.opt = make_optimizer(self.task, self.train, self.tensors)
+        # A server that owns nothing (more servers than tensors) still answers; give it a no-op.
+        self.opt = make_optimizer(task, self.tensors or [nn.Parameter(torch.zeros(0))], self.train)
         self.base_lrs = [group["lr"] for group in self.opt.param_groups]
         self.version = 0
         self.clocks = dict.fromkeys(range(lay.workers), 0)
-        self.stats = {w: WorkerStats() for w in range(lay.workers)}
+        self.stats = {w: stats.WorkerProgress() for w in range(lay.workers)}
         self.cond = threading.Condition()
         self.failure: str | None = None
         self.acc = [torch.zeros_like(t) for t in self.tensors]  # sync: sum of this round's gradients
         self.contrib: set[int] = set()
         self.staleness: list[int] = []
-        self.window = Window()
+        self.window = stats.Window()
         self._snapshot: tuple[int, torch.Tensor] | None = None
         self._saved_version = -1
         self.started: float | None = None
-        self.metrics = JsonLines(run_dir / "metrics.jsonl") if lay.index == 0 else None
+        self.last_loss: float | None = None
+        self.metrics = metrics  # writes on rank 0 (server 0) only
+        self.feeder = lay.index == 0 and ps.feeding == "in-graph"
+        self.shards = (
+            [feed.sampler(task, self.train, w, lay.workers) for w in range(lay.workers)]
+            if self.feeder
+            else []
+        )
         self._resume()
         self.worker_timeout = ps.worker_timeout
         self.first_timeout = float(self.train.timeout_s)
@@ -86,6 +83,7 @@ class Server:
     # ------------------------------------------------------------------ state
 
     def _resume(self) -> None:
+        self.resumed: int | None = None
         latest = checkpoint.load_latest(self.run_dir)
         if latest is None:
             return
@@ -97,7 +95,7 @@ class Server:
                     self.opt.state[tensor] = state["optim"][name]
         self.version = self._saved_version = step
         self.clocks.update({int(w): int(c) for w, c in state["clocks"].items() if int(w) in self.clocks})
-        self._event("resumed", step=step)
+        self.resumed = step
 
     def _active(self) -> list[int]:
         return [w for w, s in self.stats.items() if s.status == "running"]
@@ -106,7 +104,7 @@ class Server:
         return self.version >= self.train.steps or self.failure is not None or not self._active()
 
     def _apply(self, grads: list[torch.Tensor], scale: float = 1.0) -> None:
-        factor = lr_factor(self.train, self.version)
+        factor = lr_factor(self.version, self.train.warmup_steps, self.train.steps, self.train.lr_schedule)
         for group, base in zip(self.opt.param_groups, self.base_lrs, strict=True):
             group["lr"] = base * factor
         for tensor, grad in zip(self.tensors, grads, strict=True):
@@ -121,7 +119,7 @@ class Server:
         every = self.train.checkpoint_every
         if every and self.version % every == 0:
             self._save()
-        if self.metrics is not None and self.version % self.train.log_every == 0:
+        if self.lay.index == 0 and self.version % self.train.log_every == 0:
             self._log_train()
         self.cond.notify_all()
 
@@ -168,54 +166,34 @@ class Server:
     # ------------------------------------------------------------------ metrics
 
     def _event(self, event: str, **fields: Any) -> None:
-        if self.metrics is not None:
-            self.metrics.write({"kind": "event", "event": event, **fields})
-        else:
-            print(f"hpctrain ps: server {self.lay.index}: {event} {fields}", file=sys.stderr, flush=True)
+        self.metrics.event(event, **fields)
+        if self.lay.index:
+            log.info("server %d: %s %s", self.lay.index, event, fields)
 
     def _record(self, worker: int, header: Header, staleness: int | None) -> None:
         now = time.time()
         if self.started is None:  # the clock of the metrics starts with training, not with imports
             self.started = self.window.start = now
-            if self.metrics is not None:
-                self.metrics.start = now
-        stats = self.stats[worker]
-        stats.first = stats.first if stats.first is not None else now
-        stats.last, stats.samples, stats.pushes = now, stats.samples + header.samples, stats.pushes + 1
+        self.stats[worker].record(header, now)
         self.window.losses.append(header.loss)
         self.window.samples += header.samples
         if staleness is not None:
             self.window.staleness.append(staleness)
             self.staleness.append(staleness)
-        if self.metrics is not None and header.eval_version >= 0:
+        if header.eval_version >= 0:
             self.metrics.write(
-                {
-                    "kind": "eval",
-                    "step": header.eval_version,
-                    "loss": header.eval_loss,
-                    "accuracy": header.eval_accuracy,
-                    "by": f"worker {worker}",
-                }
+                "eval",
+                step=header.eval_version,
+                loss=header.eval_loss,
+                accuracy=header.eval_accuracy,
+                by=f"worker {worker}",
             )
 
     def _log_train(self) -> None:
-        assert self.metrics is not None
-        win, now = self.window, time.time()
-        stale = win.staleness or [0]
-        self.metrics.write(
-            {
-                "kind": "train",
-                "step": self.version,
-                "steps": self.train.steps,
-                "loss": sum(win.losses) / max(1, len(win.losses)),
-                "samples_per_s": win.samples / max(1e-9, now - win.start),
-                "staleness_mean": sum(stale) / len(stale),
-                "staleness_max": max(stale),
-                "workers_alive": len(self._active()),
-                "mode": self.ps.mode,
-            }
-        )
-        self.window = Window(start=now)
+        line = self.window.line(self.version, self.train.steps, len(self._active()), self.ps.mode)
+        self.last_loss = line["loss"]
+        self.metrics.write("train", **line)
+        self.window = stats.Window()
 
     # ------------------------------------------------------------------ per-worker thread
 
@@ -267,6 +245,9 @@ class Server:
                     with self.cond:
                         reply, flat = self._reply(worker)
                 sends = [transport.send_header(reply, peer), transport.send(flat, peer, PARAMS_TAG)]
+                if self.feeder:
+                    batch = feed.batch_at(self.task, self.shards[worker], reply.clock)
+                    sends += feed.send_batch(batch, peer, first=header.kind == PULL)
                 transport.wait(sends, peer, self.worker_timeout)
         except PeerLost as err:
             with self.cond:
@@ -288,6 +269,17 @@ class Server:
 
     def serve(self) -> None:
         start = time.time()
+        common = {
+            "layout": "ps",
+            "world_size": self.lay.world_size,
+            "launcher": self.lay.info.launcher,
+            "job_id": self.lay.info.job_id,
+            "restart_count": self.lay.info.restart_count,
+        }
+        if self.resumed is None:
+            self._event("start", step=0, **common)
+        else:
+            self._event("resumed", step=self.resumed, **common)
         threads = [
             threading.Thread(target=self._handle, args=(w,), daemon=True, name=f"ps-worker-{w}")
             for w in range(self.lay.workers)
@@ -314,8 +306,8 @@ class Server:
                 f"({', '.join(f'worker {w}: {s.reason}' for w, s in self.stats.items() if s.reason)})"
             )
 
-    def _finish(self, wall: float) -> None:
-        """Server 0: gather every shard, evaluate the full model, write the eval line and result.json."""
+    def _finish(self, train_time: float) -> None:
+        """Server 0: gather every shard, evaluate the full model, write the eval line and the result."""
         named = list(self.task.model.named_parameters())
         owner = assign([p.numel() for _, p in named], self.lay.servers)
         for server, indices in enumerate(shards(owner, self.lay.servers)):
@@ -330,45 +322,25 @@ class Server:
                     f"server {server} on {self.hosts[server]} stopped answering ({err.reason})"
                 ) from None
             unflatten_into(flat, tensors)
-        assert self.metrics is not None
-        result = evaluate(self.task, self.task.model)
-        if result:
-            self.metrics.write({"kind": "eval", "step": self.version, **result, "by": "server 0"})
+        evaluation = evaluate(self.task, self.task.model, self.train.batch_size)
+        if evaluation:
+            self.metrics.write("eval", step=self.version, **evaluation, by="server 0")
         if self.train.export_final:
-            torch.save(self.task.model.state_dict(), self.run_dir / "final_model.pt")
-        total = sum(s.samples for s in self.stats.values())
-        stale = self.staleness or [0]
-        write_json_atomic(
-            self.run_dir / "result.json",
-            {
-                "parallel": "ps",
-                "mode": self.ps.mode,
-                "servers": self.lay.servers,
-                "workers": self.lay.workers,
-                "nodes": {
-                    "servers": self.hosts[: self.lay.servers],
-                    "workers": self.hosts[self.lay.servers :],
-                },
-                "final_step": self.version,
-                "steps": self.train.steps,
-                "eval": result,
-                "wall_time_s": round(wall, 3),
-                "samples": total,
-                "samples_per_s": total / max(1e-9, wall),
-                "staleness_mean": sum(stale) / len(stale),
-                "staleness_max": max(stale),
-                "per_worker": {
-                    str(w): {
-                        "status": s.status,
-                        "reason": s.reason,
-                        "steps": s.pushes,
-                        "samples": s.samples,
-                        "samples_per_s": s.samples / max(1e-9, s.last - (s.first or s.last))
-                        if s.pushes > 1
-                        else 0.0,
-                    }
-                    for w, s in self.stats.items()
-                },
-            },
+            torch.save(self.task.model.state_dict(), RunDir(self.run_dir).final_model)
+        if self.version < self.train.steps:
+            return  # serve() reports the failure
+        times = (time.time() - self.created, train_time)
+        RunDir(self.run_dir).write_result(
+            stats.result(
+                self.train,
+                self.ps,
+                self.version,
+                self.stats,
+                self.staleness,
+                evaluation,
+                self.hosts,
+                times,
+                self.last_loss,
+            ),
         )
-        self.metrics.close()
+        self.metrics.event("done", step=self.version, wall_time_s=round(times[0], 3))

@@ -15,8 +15,6 @@ from dataclasses import dataclass, fields
 import torch
 import torch.distributed as dist
 
-from .roles import Layout
-
 # Message kinds in Header.kind.
 PULL = 1  # worker -> server: send me your parameters (first contact, resume)
 PUSH = 2  # worker -> server: gradients follow, one message per owned tensor
@@ -26,6 +24,7 @@ PARAMS = 4  # server -> worker: flat parameter shard follows
 HEADER_TAG = 0
 PARAMS_TAG = 1
 GATHER_TAG = 2  # server k -> server 0: final shard for the last evaluation
+FEED_TAG = 3  # server 0 -> worker, in-graph feeding: the worker's next batch (3 messages)
 GRAD_TAG0 = 16  # gradient of tensor i travels with tag GRAD_TAG0 + i
 
 
@@ -69,21 +68,6 @@ class Header:
         for f, value in zip(fields(cls), values, strict=True):
             kwargs[f.name] = int(value) if f.type in ("int", int) else float(value)
         return cls(**kwargs)
-
-
-def init(lay: Layout, timeout_s: float) -> None:
-    """Join (or reuse) the default gloo group spanning servers and workers."""
-    if dist.is_initialized():
-        if dist.get_backend() != "gloo":
-            raise RuntimeError("parameter-server training needs the gloo backend (CPU p2p messages)")
-        return
-    dist.init_process_group(
-        "gloo",
-        init_method=f"tcp://{lay.master_addr}:{lay.master_port}",
-        rank=lay.rank,
-        world_size=lay.world_size,
-        timeout=datetime.timedelta(seconds=timeout_s),
-    )
 
 
 def _reason(err: Exception, timeout_s: float) -> str:

@@ -1,30 +1,33 @@
-"""A parameter-server worker: computes gradients on its data shard, pushes them, pulls parameters.
+"""A parameter-server worker: computes gradients on its batches, pushes them, pulls parameters.
 
 Gradients leave per tensor as soon as autograd has them (post-accumulate hooks), so sending
-overlaps the rest of the backward pass; the next batch is gathered while the replies are in
-flight. A server that closes its connection or stays silent past the timeout ends the worker with
-one line naming that server and its node.
+overlaps the rest of the backward pass; the next batch is read (between-graph) or received from
+server 0 (in-graph) while the replies are in flight. A server that closes its connection or stays
+silent past the timeout ends the worker with one line naming that server and its node.
 """
 
 from __future__ import annotations
 
-import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
+from hpctrain.rundir import RunDir, append_line
+from hpctrain.runtime import data
+from hpctrain.runtime.task import Task
+from hpctrain.runtime.train import evaluation_result, evaluation_sums
 from hpctrain.spec import Resolved
 
 from . import transport
-from .common import JsonLines, batch_indices, build_task, collate, evaluate, worker_batch
-from .roles import Layout
+from .feed import ServerFeed, ShardFeed
+from .roles import Roles
 from .sharding import assign, shards, unflatten_into
+from .stats import WorkerWindow
 from .transport import BYE, GRAD_TAG0, HEADER_TAG, PARAMS_TAG, PULL, PUSH, Header, PeerLost
 
 
@@ -32,45 +35,25 @@ class ServerLost(RuntimeError):
     """A server stopped answering; the message is the one line the worker prints."""
 
 
-def injected_crash(worker: int) -> int | None:
-    """``HPCTRAIN_PS_CRASH=<worker>:<step>``: that worker dies (exit 3) at that step; for failure tests."""
-    who, _, step = os.environ.get("HPCTRAIN_PS_CRASH", "").partition(":")
-    return int(step) if who and int(who) == worker else None
-
-
-def injected_delay(worker: int) -> float:
-    """Seconds of simulated compute per step, for benchmarks and tests.
-
-    ``HPCTRAIN_PS_DELAY`` (seconds, every worker) stands in for a heavier model;
-    ``HPCTRAIN_PS_SLOW=<worker>:<factor>`` makes one worker that many times slower.
-    """
-    delay = float(os.environ.get("HPCTRAIN_PS_DELAY", "0") or 0)
-    slow = os.environ.get("HPCTRAIN_PS_SLOW", "")
-    if slow:
-        who, _, factor = slow.partition(":")
-        if int(who) == worker:
-            delay *= float(factor or 1)
-    return delay
-
-
 class Worker:
-    def __init__(self, lay: Layout, resolved: Resolved, run_dir: Path, hosts: list[str]) -> None:
-        self.lay, self.hosts = lay, hosts
+    def __init__(self, lay: Roles, resolved: Resolved, task: Task, run_dir: Path, hosts: list[str]) -> None:
+        self.lay, self.hosts, self.task = lay, hosts, task
+        self.lines = RunDir(run_dir).worker_metrics(lay.index)
+        self.lines.parent.mkdir(parents=True, exist_ok=True)
         self.train = resolved.job.train
-        assert resolved.parallel.ps is not None
-        self.task = build_task(self.train)
+        ps = resolved.parallel.ps
+        assert ps is not None
         self.model: nn.Module = self.task.model
         self.params = list(self.model.parameters())
         self.owner = assign([p.numel() for p in self.params], lay.servers)
         self.by_server = [[self.params[i] for i in idx] for idx in shards(self.owner, lay.servers)]
         self.flats = [torch.empty(sum(p.numel() for p in ps)) for ps in self.by_server]
         self.versions = [0] * lay.servers
-        self.batch = worker_batch(self.train.batch_size, lay.index, lay.workers)
-        self.delay = injected_delay(lay.index)
-        self.crash_at = injected_crash(lay.index)
+        self.feed: ShardFeed | ServerFeed = (
+            ServerFeed() if ps.feeding == "in-graph" else ShardFeed(task, self.train, lay.index, lay.workers)
+        )
         self.first_timeout = float(self.train.timeout_s)
-        self.answer_timeout = float(self.train.timeout_s) + resolved.parallel.ps.worker_timeout
-        self.log = JsonLines(run_dir / "metrics" / f"worker-{lay.index}.jsonl")
+        self.answer_timeout = float(self.train.timeout_s) + ps.worker_timeout
         self.sends: list[tuple[int, dist.Work]] = []
         self.sent: set[int] = set()
         self.pending_eval: tuple[int, float, float] | None = None
@@ -126,21 +109,22 @@ class Worker:
         for param in self.params:
             param.grad = None
 
-    def _pull(self, timeout: float, overlap: Callable[[], Any] | None = None) -> tuple[list[Header], Any]:
-        """Receive every server's reply; ``overlap`` runs while the parameters are in flight."""
+    def _pull(self, timeout: float, clock: int) -> list[Header]:
+        """Receive every server's reply and the batch of step ``clock``, which arrives meanwhile."""
         heads = [Header.empty() for _ in range(self.lay.servers)]
         works = [
             (transport.recv(heads[s], s, HEADER_TAG), transport.recv(self.flats[s], s, PARAMS_TAG))
             for s in range(self.lay.servers)
         ]
-        extra = overlap() if overlap is not None else None
+        posted = self.feed.post(clock)
         for server, pair in enumerate(works):
             transport.wait(pair, server, timeout)
         replies = [Header.parse(h) for h in heads]
         for server, reply in enumerate(replies):
             unflatten_into(self.flats[server], self.by_server[server])
             self.versions[server] = reply.version
-        return replies, extra
+        self.inputs, self.targets = self.feed.take(posted, timeout)  # type: ignore[arg-type]
+        return replies
 
     def _headers(self, loss: float, samples: int, clock: int, compute_s: float) -> list[Header]:
         headers = [
@@ -165,83 +149,59 @@ class Worker:
         if self.lay.index != 0 or not every or self.versions[0] // every <= self.last_eval:
             return
         self.last_eval = self.versions[0] // every
-        result = evaluate(self.task, self.model)
+        result = evaluate(self.task, self.model, self.train.batch_size)
         if result:
             self.pending_eval = (self.versions[0], result["loss"], result.get("accuracy", float("nan")))
 
     def work(self) -> None:
         with self._servers():
             self._loop()
-        self.log.close()
 
     def _loop(self) -> None:
         self._send_headers([Header(kind=PULL)] * self.lay.servers)
         self._flush(self.first_timeout)
-        replies, _ = self._pull(self.first_timeout)
+        # The first reply says where this worker resumes; the feed still needs that clock, so the
+        # first batch is asked for again once it is known (server 0 sends it either way).
+        replies = self._pull(self.first_timeout, 0)
         clock = replies[0].clock
+        if isinstance(self.feed, ShardFeed):
+            self.inputs, self.targets = self.feed.post(clock)
         every = self.train.eval_every
         self.last_eval = self.versions[0] // every if every else 0
-        data = self.task.train_data
-        length = len(data)  # type: ignore[arg-type]
-
-        def batch_at(step: int) -> tuple[torch.Tensor, torch.Tensor]:
-            index = batch_indices(length, self.lay.index, self.lay.workers, self.batch, self.train.seed, step)
-            return collate(data, index)
-
-        inputs, targets = batch_at(clock)
-        window = _Window()
+        window = WorkerWindow()
         compute_s = 0.0
         stop = any(r.stop for r in replies)
         while not stop:
-            if clock == self.crash_at:
-                os._exit(3)
             begin = time.time()
-            if self.delay:
-                time.sleep(self.delay)
-            loss = self.task.loss(self.model(inputs), targets)
+            loss = self.task.loss(self.model(self.inputs), self.targets)
             loss_value = float(loss.detach())
             # Headers go before backward so servers post their gradient receives early.
-            self._send_headers(self._headers(loss_value, len(targets), clock, compute_s))
+            self._send_headers(self._headers(loss_value, len(self.targets), clock, compute_s))
             loss.backward()
             self._ship_rest()
             compute_s = time.time() - begin
             clock += 1
             self._flush(self.answer_timeout)
-            replies, (inputs, targets) = self._pull(self.answer_timeout, lambda c=clock: batch_at(c))
+            replies = self._pull(self.answer_timeout, clock)
             window.add(loss_value, compute_s, time.time() - begin - compute_s)
             stop = any(r.stop for r in replies)
             if not stop:
                 self._maybe_eval()
             if window.steps == self.train.log_every or stop:
-                self.log.write(window.line(self.lay.index, clock, self.versions[0], self.batch))
-                window = _Window()
+                append_line(
+                    self.lines, window.line(self.lay.index, clock, self.versions[0], len(self.targets))
+                )
+                window = WorkerWindow()
         self._send_headers([Header(kind=BYE)] * self.lay.servers)
         self._flush(self.answer_timeout)
 
 
-class _Window:
-    """This worker's numbers since its last metrics line."""
-
-    def __init__(self) -> None:
-        self.start = time.time()
-        self.steps = 0
-        self.loss = self.compute = self.wait = 0.0
-
-    def add(self, loss: float, compute_s: float, wait_s: float) -> None:
-        self.steps += 1
-        self.loss += loss
-        self.compute += compute_s
-        self.wait += wait_s
-
-    def line(self, worker: int, clock: int, version: int, batch: int) -> dict[str, Any]:
-        steps = max(1, self.steps)
-        return {
-            "kind": "train",
-            "worker": worker,
-            "step": clock,
-            "version": version,
-            "loss": self.loss / steps,
-            "samples_per_s": self.steps * batch / max(1e-9, time.time() - self.start),
-            "compute_s": self.compute / steps,
-            "wait_s": self.wait / steps,
-        }
+def evaluate(task: Task, model: nn.Module, batch_size: int) -> dict[str, float]:
+    """Loss (and accuracy) of ``model`` over the whole eval set, in this process."""
+    if task.eval_data is None:
+        return {}
+    model.eval()
+    batches = data.eval_batches(task.eval_data, batch_size, 0, 1)
+    result = evaluation_result(task, evaluation_sums(task, model, batches, torch.device("cpu")))
+    model.train()
+    return result
