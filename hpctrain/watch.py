@@ -10,9 +10,9 @@ from typing import Any
 
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import JobInfo, JobState
-from hpctrain.records import SUBMIT_FAILED, Index, Run
+from hpctrain.records import ENDED_STATES, Index, Run
 
-TERMINAL_NAMES = {s.value for s in JobState if s.terminal} | {SUBMIT_FAILED}
+TERMINAL_NAMES = ENDED_STATES
 
 
 @dataclass

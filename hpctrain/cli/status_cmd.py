@@ -11,7 +11,6 @@ from hpctrain.cli.common import ago, print_json, table
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
-RECENT_S = 24 * 3600
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -29,7 +28,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def _select(args: argparse.Namespace) -> list[Any]:
     from hpctrain.records import Index
-    from hpctrain.watch import TERMINAL_NAMES
 
     index = Index()
     if args.jobs:
@@ -42,11 +40,8 @@ def _select(args: argparse.Namespace) -> list[Any]:
             if not runs:
                 raise SystemExit(1)
         return runs
-    runs = index.runs()
-    if args.all:
-        return runs
-    cutoff = time.time() - RECENT_S
-    return [r for r in runs if r.state not in TERMINAL_NAMES or r.state_at >= cutoff]
+    # Without --all: runs still active or ended within a day, read from the journal alone.
+    return index.runs() if args.all else index.recent()
 
 
 def run(args: argparse.Namespace) -> int:

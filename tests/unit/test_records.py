@@ -15,7 +15,17 @@ def _add_many(root: str, worker: int, count: int) -> None:
         run_id, run_dir = index.new_run_dir(f"job{worker}")
         now = time.time()
         index.add(
-            Run(run_id, f"{worker}{i:03d}", f"job{worker}", "local", "slurm", run_dir, now, "PENDING", now)
+            Run(
+                run_id=run_id,
+                job_id=f"{worker}{i:03d}",
+                name=f"job{worker}",
+                site="local",
+                backend="slurm",
+                run_dir=run_dir,
+                submitted_at=now,
+                state="PENDING",
+                state_at=now,
+            )
         )
 
 
@@ -37,7 +47,17 @@ def test_state_history_and_lookup(tmp_path: Path) -> None:
     index = Index(tmp_path)
     run_id, run_dir = index.new_run_dir("x")
     now = time.time()
-    run = Run(run_id, "77", "x", "local", "slurm", run_dir, now, "PENDING", now)
+    run = Run(
+        run_id=run_id,
+        job_id="77",
+        name="x",
+        site="local",
+        backend="slurm",
+        run_dir=run_dir,
+        submitted_at=now,
+        state="PENDING",
+        state_at=now,
+    )
     index.add(run)
     index.update_states([(run, "RUNNING", "")])
     index.update_states([(run, "RUNNING", "")])  # unchanged: no new history row
