@@ -80,7 +80,7 @@ def main() -> None:
     args = parser.parse_args()
 
     py = sys.executable
-    cli = [py, "-m", "hpctrain.cli.main"]
+    cli = [py, "-P", "-m", "hpctrain.cli.main"]  # -P: PYTHONPATH, not the current directory, picks the code
     held = (
         subprocess.run(
             ["sbatch", "--parsable", "--hold", "--wrap", "true"], capture_output=True, text=True, check=True
