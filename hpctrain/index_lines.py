@@ -67,6 +67,12 @@ def decode(data: bytes, where: Path) -> Decoded:
     return Decoded(lines, bad)
 
 
+def silence_warnings() -> None:
+    """For `hpctrain index`, which reports every unreadable line itself."""
+    global _warned
+    _warned = True
+
+
 def warn_unreadable(where: Path, bad: list[tuple[int, bytes]]) -> None:
     global _warned
     if _warned:

@@ -15,8 +15,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hpctrain.index_lines import silence_warnings
     from hpctrain.records import Index
 
+    silence_warnings()
     index = Index()
     if args.action == "compact":
         done = index.compact()
