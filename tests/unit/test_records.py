@@ -214,7 +214,7 @@ def _rewrite_record(run_dir: str, count: int) -> None:
         state_at=0.0,
     )
     for i in range(count):
-        run.reason = "x" * (i % 500)
+        run.reason = "x" * (i % 50 * 4000)  # up to 200 kB: written in several write() calls
         write_record(run)
 
 
