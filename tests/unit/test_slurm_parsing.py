@@ -117,13 +117,15 @@ def test_sbatch_without_a_job_id_is_a_backend_error(stdout: str) -> None:
         parse_sbatch(stdout)
 
 
-# The parsers see whatever the scheduler prints: arbitrary bytes, any mix of separators.
-ROWS = st.lists(
-    st.lists(
-        st.one_of(st.text(max_size=12), st.sampled_from(["41", "41_3", "41+1", "COMPLETED", "None"]))
-    ).map("|".join),
-    max_size=8,
-).map("\n".join)
+# The parsers see whatever the scheduler prints: arbitrary bytes, or rows made of the pieces real
+# output has (ids of arrays and hetjob components, states, separators) in any order.
+PIECES = st.one_of(
+    st.sampled_from(
+        ["|", "\n", "41", "41_3", "41+1", "41_[1-3%2]", "COMPLETED", "CANCELLED by 0", "None", ";"]
+    ),
+    st.text(alphabet="0123456789|_+.[]-%: \t\r\x00\xe9\u2028", max_size=8),
+)
+ROWS = st.lists(PIECES, max_size=40).map("".join)
 
 
 @settings(max_examples=2000, deadline=None)
