@@ -180,7 +180,9 @@ class Index:
             finally:
                 os.close(fd)
             if size > max(JOURNAL_LIMIT_BYTES, 2 * _compacted_size(lock)):
-                self._compact_locked(lock)
+                # The append is done: a compaction that fails (a full disk) waits for the next one.
+                with contextlib.suppress(OSError):
+                    self._compact_locked(lock)
 
     # -- writing --------------------------------------------------------------------------------
 
