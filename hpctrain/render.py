@@ -15,7 +15,8 @@ from hpctrain.rundir import template_files
 from hpctrain.spec import Resolved, memory_mb, time_minutes
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
-SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=:\-]+$")
+# No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@=:\-]+$")
 
 
 def template_dir() -> Path:

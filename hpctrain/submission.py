@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 
@@ -64,42 +66,80 @@ def submit(
     backend_name: str | None = None,
     index: Index | None = None,
 ) -> Submitted:
-    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
+    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
+
+    Whatever fails once the run directory exists, the directory is never left unindexed: a failure
+    before the script is written removes it, a later one (the scheduler refused, sbatch is missing,
+    Ctrl-C) records the run as SUBMIT_FAILED with the reason.
+    """
     index = index or Index()
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = load_and_resolve(job_path, site, overrides)
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(resolved.job.name)
-    script = render(resolved, run_dir, template=template_for(backend.name))
-    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
+    now = time.time()
+    run = Run(
+        run_id=run_id,
+        job_id=None,
+        name=resolved.job.name,
+        site=resolved.site.name,
+        backend=backend.name,
+        run_dir=run_dir,
+        submitted_at=now,
+        state=JobState.PENDING.value,
+        state_at=now,
+    )
     script_path = run_dir / "job.sbatch"
+    try:
+        _write_run_dir(resolved, run_dir, script_path, backend.name, job_path, site, overrides)
+    except BaseException as err:
+        _remove_or_record(index, run, f"the run directory could not be written: {_reason(err)}")
+        raise
+    try:
+        run.job_id = backend.submit(script_path, run_dir)
+    except BaseException as err:
+        run.state, run.reason = SUBMIT_FAILED, _reason(err)
+        index.add(run)
+        if isinstance(err, BackendError):
+            return Submitted(run, run.reason)
+        raise
+    index.add(run)
+    return Submitted(run)
+
+
+def _write_run_dir(
+    resolved: spec.Resolved,
+    run_dir: Path,
+    script_path: Path,
+    backend_name: str,
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None,
+) -> None:
+    script = render(resolved, run_dir, template=template_for(backend_name))
+    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
     script_path.write_text(script)
     submitted_with = {
         "job": str(Path(job_path).resolve()),
         "site": site,
         "overrides": overrides or [],
-        "backend": backend.name,
+        "backend": backend_name,
         "cwd": str(Path.cwd()),
     }
     (run_dir / "submit.json").write_text(json.dumps(submitted_with, indent=2) + "\n")
-    now = time.time()
-    run = Run(
-        run_id,
-        None,
-        resolved.job.name,
-        resolved.site.name,
-        backend.name,
-        run_dir,
-        now,
-        JobState.PENDING.value,
-        now,
-    )
-    try:
-        run.job_id = backend.submit(script_path, run_dir)
-    except BackendError as err:
-        run.state, run.reason = SUBMIT_FAILED, str(err)
-        index.add(run)
-        return Submitted(run, str(err))
-    index.add(run)
-    return Submitted(run)
+
+
+def _reason(err: BaseException) -> str:
+    if isinstance(err, KeyboardInterrupt):
+        return "interrupted while submitting (the job may have reached the scheduler: check squeue)"
+    return str(err) or type(err).__name__
+
+
+def _remove_or_record(index: Index, run: Run, why: str) -> None:
+    """Nothing was submitted: remove the run directory, or, if that fails too, record why it exists."""
+    shutil.rmtree(run.run_dir, ignore_errors=True)
+    if run.run_dir.exists():
+        run.state, run.reason = SUBMIT_FAILED, why
+        with contextlib.suppress(OSError):  # the original error is the one to report
+            index.add(run)

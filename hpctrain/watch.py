@@ -12,8 +12,8 @@ from pathlib import Path
 import msgspec
 
 from hpctrain.backends import select_backend
-from hpctrain.backends.base import TERMINAL, JobInfo, JobState, fold_elements
-from hpctrain.records import SUBMIT_FAILED, Index, Run
+from hpctrain.backends.base import JobInfo, JobState, fold_elements
+from hpctrain.records import ENDED_STATES, Index, Run
 from hpctrain.rundir import (
     EvalLine,
     EventLine,
@@ -29,7 +29,7 @@ from hpctrain.rundir import (
     tail_lines,
 )
 
-TERMINAL_NAMES = frozenset({s.value for s in TERMINAL} | {SUBMIT_FAILED})
+TERMINAL_NAMES = ENDED_STATES
 # The states whose run shows who failed and why (srun's word, the runtime's failure reports).
 FAILURE_STATES = (
     JobState.FAILED,

@@ -4,9 +4,15 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from typing import TYPE_CHECKING
 
-from hpctrain.backends.base import Backend, BackendError
+from hpctrain.errors import BackendError
 
+if TYPE_CHECKING:
+    from hpctrain.backends.base import Backend
+
+# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values. Importing it
+# costs nothing (the backends themselves are imported only when selected).
 NAMES = ("auto", "slurm", "pyslurm", "local")
 
 

@@ -167,7 +167,7 @@ def _severity(state: JobState) -> int:
 
 
 class Backend(ABC):
-    """Submit, poll many jobs at once, cancel, and say where logs are."""
+    """Submit, poll many jobs at once, cancel."""
 
     name: str = "base"
 
@@ -186,9 +186,3 @@ class Backend(ABC):
     def test_only(self, script: Path) -> str:
         """Ask the scheduler whether it would accept the script, without submitting it."""
         raise BackendError(f"backend {self.name} has no test-only submission")
-
-    def log_paths(self, run_dir: Path) -> dict[str, Path]:
-        """The batch log and one log per rank, by name (`batch`, `rank-0`, ...)."""
-        logs = run_dir / "logs"
-        found = {p.stem: p for p in sorted(logs.glob("*.log"))} if logs.is_dir() else {}
-        return found

@@ -13,8 +13,6 @@ from pathlib import Path
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState
 from hpctrain.rundir import RunDir
 
-STATE_FILE = "local-job.json"
-
 
 def _jobs_dir() -> Path:
     from hpctrain.records import home

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -10,10 +11,11 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
+from hpctrain.errors import SpecError
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
-# many seconds is reported as unreachable.
-TIMEOUT_S = float(os.environ.get("HPCTRAIN_SLURM_TIMEOUT", "20"))
+# many seconds (HPCTRAIN_SLURM_TIMEOUT) is reported as unreachable.
+DEFAULT_TIMEOUT_S = 20.0
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Submit"
 UNREACHABLE = re.compile(r"unable to contact|connection refused|connect failure|timed out|Zero Bytes", re.I)
@@ -24,9 +26,42 @@ def base_job_id(text: str) -> str:
     return re.split(r"[+_.]", text, maxsplit=1)[0]
 
 
-def first_line(text: str) -> str:
+def timeout_s() -> float:
+    """HPCTRAIN_SLURM_TIMEOUT in seconds; a value that is not a positive number is a one-line error."""
+    text = os.environ.get("HPCTRAIN_SLURM_TIMEOUT", "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (0 < value < math.inf):
+        raise SpecError(f"HPCTRAIN_SLURM_TIMEOUT={text!r}: expected a positive number of seconds")
+    return value
+
+
+def as_text(output: str | bytes) -> str:
+    """Scheduler output as text: a byte that is not UTF-8 (a job name, a node's locale) is replaced."""
+    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output
+
+
+def last_line(text: str) -> str:
+    """The last non-blank line: where sbatch and squeue put the error that ended them."""
     lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
     return lines[-1] if lines else ""
+
+
+SBATCH_JOB_ID = re.compile(r"\s*(\d+)(?:;\S*)?\s*")
+
+
+def parse_sbatch(output: str | bytes) -> str:
+    """The job id from `sbatch --parsable` (`id` or `id;cluster`), whatever warnings surround it."""
+    text = as_text(output)
+    for line in text.splitlines():
+        match = SBATCH_JOB_ID.fullmatch(line)
+        if match:
+            return match.group(1)
+    raise BackendError(f"sbatch printed no job id: {text.strip()[:200]!r}")
 
 
 class SlurmCliBackend(Backend):
@@ -37,17 +72,27 @@ class SlurmCliBackend(Backend):
             raise BackendError(
                 f"{argv[0]} not found: is this a Slurm login node? (PATH={os.environ.get('PATH', '')})"
             )
+        limit = timeout_s()
         try:
-            return subprocess.run(list(argv), capture_output=True, text=True, timeout=TIMEOUT_S, check=False)
+            return subprocess.run(
+                list(argv),
+                capture_output=True,
+                text=True,
+                encoding="utf-8",
+                errors="replace",
+                timeout=limit,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
             raise BackendError(
-                f"the Slurm controller did not answer {what} within {TIMEOUT_S:.0f} s "
-                "(HPCTRAIN_SLURM_TIMEOUT)"
+                f"the Slurm controller did not answer {what} within {limit:g} s (HPCTRAIN_SLURM_TIMEOUT)"
             ) from None
+        except OSError as err:
+            raise BackendError(f"could not run {argv[0]}: {err.strerror or err}") from None
 
     def _check(self, proc: subprocess.CompletedProcess[str], what: str) -> str:
         if proc.returncode != 0:
-            message = first_line(proc.stderr) or first_line(proc.stdout) or f"exit code {proc.returncode}"
+            message = last_line(proc.stderr) or last_line(proc.stdout) or f"exit code {proc.returncode}"
             if UNREACHABLE.search(proc.stderr):
                 raise BackendError(f"cannot reach the Slurm controller ({what}): {message}")
             raise BackendError(f"{what} failed: {message}")
@@ -55,19 +100,14 @@ class SlurmCliBackend(Backend):
 
     def submit(self, script: Path, run_dir: Path) -> str:
         proc = self._run(["sbatch", "--parsable", str(script)], "sbatch")
-        out = self._check(proc, "sbatch")
-        # --parsable prints `jobid` or `jobid;cluster`.
-        job_id = first_line(out).split(";", 1)[0]
-        if not job_id.isdigit():
-            raise BackendError(f"sbatch printed no job id: {out.strip()!r}")
-        return job_id
+        return parse_sbatch(self._check(proc, "sbatch"))
 
     def test_only(self, script: Path) -> str:
         proc = self._run(["sbatch", "--test-only", str(script)], "sbatch --test-only")
         # sbatch --test-only answers on stderr, with exit code 0 when the job could run.
         if proc.returncode != 0:
-            raise BackendError(f"sbatch --test-only refused the script: {first_line(proc.stderr)}")
-        return first_line(proc.stderr) or first_line(proc.stdout)
+            raise BackendError(f"sbatch --test-only refused the script: {last_line(proc.stderr)}")
+        return last_line(proc.stderr) or last_line(proc.stdout)
 
     def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
         wanted = {str(j) for j in job_ids}
@@ -114,11 +154,11 @@ class SlurmCliBackend(Backend):
             self._check(self._run(["scancel", *ids], "scancel"), "scancel")
 
 
-def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
+def _parse_rows(output: str | bytes, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
     """Rows of `id|state|<third>|nodes|elapsed`, folded per base job id (components, array tasks)."""
     found: dict[str, JobInfo] = {}
     newest: dict[str, str] = {}
-    for line in text.splitlines():
+    for line in as_text(output).splitlines():
         parts = line.strip().split("|")
         if len(parts) < 5:
             continue
@@ -146,11 +186,11 @@ def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[st
     return found
 
 
-def parse_squeue(text: str, wanted: set[str]) -> dict[str, JobInfo]:
+def parse_squeue(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
     """`squeue --format=%i|%T|%r|%N|%M` output: the third column is the pending reason."""
     return _parse_rows(text, wanted, "squeue", "reason")
 
 
-def parse_sacct(text: str, wanted: set[str]) -> dict[str, JobInfo]:
+def parse_sacct(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
     """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed,Submit` output."""
     return _parse_rows(text, wanted, "sacct", "exit_code")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from collections import defaultdict
 
 
@@ -13,12 +12,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain.backends import select_backend
+    from hpctrain.errors import HpctrainError
     from hpctrain.records import Index
 
     index = Index()
     runs, missing = index.find(args.jobs)
-    for key in missing:
-        print(f"hpctrain: error: {key} is not tracked by hpctrain", file=sys.stderr)
     by_backend = defaultdict(list)
     for run_ in runs:
         if run_.job_id:
@@ -28,4 +26,7 @@ def run(args: argparse.Namespace) -> int:
         index.update_states((r, r.state, "cancel requested") for r in group)
         for run_ in group:
             print(f"Cancelled job {run_.job_id} ({run_.name})")
-    return 1 if missing else 0
+    if missing:
+        # After cancelling the others: one unknown id must not spare the jobs that were named.
+        raise HpctrainError(f"not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)")
+    return 0

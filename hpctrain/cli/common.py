@@ -8,6 +8,8 @@ import sys
 import time
 from typing import Any
 
+from hpctrain.backends import NAMES as BACKEND_NAMES
+
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("job", help="Job spec (YAML), e.g. jobs/digits-ddp.yaml.")
@@ -22,7 +24,7 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--backend",
-        choices=("auto", "slurm", "pyslurm", "local"),
+        choices=BACKEND_NAMES,
         default=None,
         help="Scheduler backend (default: $HPCTRAIN_BACKEND or auto).",
     )

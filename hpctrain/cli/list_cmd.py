@@ -3,11 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+
+# The newest runs only, unless asked: with 100,000 recorded runs a full listing reads the whole
+# archive, while the newest 100 are its last lines.
+DEFAULT_LIMIT = 100
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("-n", "--limit", type=int, default=None, help="Show at most this many.")
+    parser.add_argument(
+        "-n",
+        "--limit",
+        type=int,
+        default=DEFAULT_LIMIT,
+        help=f"Show at most this many (default {DEFAULT_LIMIT}).",
+    )
+    parser.add_argument("--all", action="store_true", help="Show every run, however many.")
     parser.add_argument("--json", action="store_true", help="Machine-readable output.")
 
 
@@ -17,7 +29,11 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.cli.common import print_json, table
     from hpctrain.records import Index
 
-    runs = Index().runs(limit=args.limit)
+    limit = None if args.all else max(args.limit, 1)
+    runs = Index().runs(limit=limit + 1 if limit else None)
+    if limit and len(runs) > limit:
+        runs = runs[:limit]
+        print(f"hpctrain: the newest {limit} runs; `hpctrain list --all` shows every one", file=sys.stderr)
     if args.json:
         print_json([{**msgspec.structs.asdict(r), "run_dir": str(r.run_dir)} for r in runs])
         return 0

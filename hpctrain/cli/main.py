@@ -13,6 +13,7 @@ VERBS = {
     "logs": "Print a job's batch log or one rank's log.",
     "cancel": "Cancel jobs.",
     "list": "Every job submitted through hpctrain, newest first.",
+    "index": "Check or compact the index of runs (set aside unreadable lines, archive ended runs).",
     "explain": "The job-spec and site-profile fields with their documentation.",
 }
 
@@ -50,21 +51,38 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "verb", None):
         parser.print_help()
         return EXIT_INPUT
+    import os
+
     from hpctrain.errors import HpctrainError
 
+    debug = os.environ.get("HPCTRAIN_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args) or 0)
-    except HpctrainError as err:
-        print(f"hpctrain: error: {err}", file=sys.stderr)
-        return err.exit_code
     except KeyboardInterrupt:
         print("hpctrain: interrupted", file=sys.stderr)
         return 130
     except BrokenPipeError:
         return 0
-    except OSError as err:
-        print(f"hpctrain: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
-        return EXIT_FAILURE
+    except Exception as err:
+        if debug:
+            import traceback
+
+            traceback.print_exc()
+        print(f"hpctrain: error: {one_line(err, debug)}", file=sys.stderr)
+        return err.exit_code if isinstance(err, HpctrainError) else EXIT_FAILURE
+
+
+def one_line(err: Exception, debug: bool) -> str:
+    """The message of a known failure, or the type and message of an unexpected one."""
+    from hpctrain.errors import HpctrainError
+
+    if isinstance(err, HpctrainError):
+        return str(err)
+    if isinstance(err, OSError):
+        return f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+    message = " ".join(str(err).split())[:300]
+    hint = "" if debug else " (set HPCTRAIN_DEBUG=1 for the traceback)"
+    return f"unexpected {type(err).__name__}: {message}{hint}"
 
 
 if __name__ == "__main__":

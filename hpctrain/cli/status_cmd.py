@@ -17,7 +17,6 @@ if TYPE_CHECKING:
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
-RECENT_S = 24 * 3600
 
 
 class NotTracked(HpctrainError):
@@ -42,7 +41,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def select(keys: list[str], everything: bool = False) -> list[Run]:
     """The runs named by job id or run id (some unknown: a warning; all unknown: an error), else recent."""
     from hpctrain.records import Index
-    from hpctrain.watch import ended
 
     index = Index()
     if keys:
@@ -53,11 +51,10 @@ def select(keys: list[str], everything: bool = False) -> list[Run]:
                 raise NotTracked(message)
             print(f"hpctrain: warning: {message}", file=sys.stderr)
         return runs
-    runs = index.runs()
     if everything:
-        return runs
-    cutoff = time.time() - RECENT_S
-    return [r for r in runs if not ended(r) or r.state_at >= cutoff]
+        return index.runs()
+    # Without --all: runs still active or ended within a day, read from the journal alone.
+    return index.recent()
 
 
 def run(args: argparse.Namespace) -> int:

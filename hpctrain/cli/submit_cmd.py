@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
 from hpctrain.cli.common import add_job_arguments, print_json
 
@@ -17,14 +16,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hpctrain.errors import BackendError
     from hpctrain.submission import submit
 
     done = submit(args.job, args.site, args.overrides, args.backend)
     run_ = done.run
     if done.error:
-        print(f"hpctrain: error: {done.error}", file=sys.stderr)
-        print(f"hpctrain: the rendered script and resolved spec are kept in {run_.run_dir}", file=sys.stderr)
-        return 1
+        raise BackendError(f"{done.error} (the script and resolved spec are kept in {run_.run_dir})")
     if args.json:
         print_json(
             {

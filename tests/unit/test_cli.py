@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -120,3 +121,128 @@ def test_failed_sbatch_keeps_the_script(hpctrain_home: Path, tmp_path: Path) -> 
     assert (runs[0] / "spec.json").exists()
     listing = run_cli("list").stdout
     assert "SUBMIT_FAILED" in listing
+
+
+def _fake_tool(tmp_path: Path, name: str, body: str) -> Path:
+    bindir = tmp_path / "bin"
+    bindir.mkdir(exist_ok=True)
+    tool = bindir / name
+    tool.write_text("#!/bin/sh\n" + body)
+    tool.chmod(0o755)
+    return bindir
+
+
+def test_a_warning_after_the_job_id_still_records_the_job(hpctrain_home: Path, tmp_path: Path) -> None:
+    bindir = _fake_tool(tmp_path, "sbatch", "echo 4242\necho 'sbatch: warning: the job may never start' \n")
+    proc = run_cli(
+        "submit",
+        "jobs/digits-ddp.yaml",
+        "--site",
+        "local",
+        "--backend",
+        "slurm",
+        "--json",
+        env={"PATH": f"{bindir}:/usr/bin:/bin"},
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["job_id"] == "4242"
+    listing = json.loads(run_cli("list", "--json").stdout)
+    assert [(r["job_id"], r["state"]) for r in listing] == [("4242", "PENDING")]
+
+
+def test_missing_sbatch_is_recorded_not_orphaned(hpctrain_home: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    proc = run_cli(
+        "submit",
+        "jobs/digits-ddp.yaml",
+        "--site",
+        "local",
+        "--backend",
+        "slurm",
+        env={"PATH": str(empty)},
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "sbatch not found" in proc.stderr and "kept in" in proc.stderr
+    (run_dir,) = (hpctrain_home / "runs").iterdir()
+    listing = json.loads(run_cli("list", "--json").stdout)
+    assert [(r["run_dir"], r["state"]) for r in listing] == [(str(run_dir), "SUBMIT_FAILED")]
+    assert "sbatch not found" in listing[0]["reason"]
+    assert run_cli("index", "check").returncode == 0
+
+
+def test_percent_in_the_run_directory_is_refused(tmp_path: Path) -> None:
+    home = tmp_path / "100%j-home"
+    proc = run_cli("submit", "jobs/digits-ddp.yaml", "--site", "local", env={"HPCTRAIN_HOME": str(home)})
+    assert proc.returncode == 2 and "HPCTRAIN_HOME" in proc.stderr, proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
+def test_a_bad_slurm_timeout_is_one_line_exit_2(hpctrain_home: Path, tmp_path: Path) -> None:
+    bindir = _fake_tool(tmp_path, "sbatch", "echo 4243\n")
+    path = f"{bindir}:/usr/bin:/bin"
+    submitted = run_cli(
+        "submit", "jobs/digits-ddp.yaml", "--site", "local", "--backend", "slurm", env={"PATH": path}
+    )
+    assert submitted.returncode == 0, submitted.stderr
+    proc = run_cli("status", env={"PATH": path, "HPCTRAIN_SLURM_TIMEOUT": "abc"})
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.count("\n") == 1 and "HPCTRAIN_SLURM_TIMEOUT='abc'" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"[1]", b'{"op":"add","run_id":"x"}', b'{"op":"add","submitted_at":"now"}', b"\xff\xfe", b'{"op":"st'],
+)
+def test_verbs_survive_a_damaged_index(bad: bytes, hpctrain_home: Path, tmp_path: Path) -> None:
+    bindir = _fake_tool(tmp_path, "sbatch", "echo 4244\n")
+    _fake_tool(tmp_path, "squeue", "echo '4244|RUNNING|None|node1|0:05'\n")
+    _fake_tool(tmp_path, "scancel", "exit 0\n")
+    env = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    assert (
+        run_cli("submit", "jobs/digits-ddp.yaml", "--site", "local", "--backend", "slurm", env=env).returncode
+        == 0
+    )
+    with open(hpctrain_home / "index.jsonl", "ab") as handle:
+        handle.write(bad + b"\n" + bad)  # the second copy is a torn last line
+    for argv in (["list"], ["status"], ["status", "4244"], ["logs", "4244"], ["cancel", "4244"]):
+        proc = run_cli(*argv, env=env)
+        assert "Traceback" not in proc.stderr, (argv, proc.stderr)
+        assert proc.stderr.count("warning") == 1, (argv, proc.stderr)
+    listing = run_cli("list", "--json", env=env)
+    assert [r["job_id"] for r in json.loads(listing.stdout)] == ["4244"]
+
+
+@pytest.mark.parametrize("debug", ["", "1"])
+def test_an_unexpected_error_is_one_line_unless_debugging(
+    debug: str, hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpctrain.cli import list_cmd, main
+
+    def broken(args: object) -> int:
+        raise ZeroDivisionError("division by zero\nsecond line")
+
+    monkeypatch.setattr(list_cmd, "run", broken)
+    monkeypatch.setenv("HPCTRAIN_DEBUG", debug)
+    assert main.main(["list"]) == 1
+    err = capsys.readouterr().err
+    last = err.splitlines()[-1]
+    assert last.startswith("hpctrain: error: unexpected ZeroDivisionError: division by zero second line")
+    if debug:
+        assert "Traceback (most recent call last)" in err
+    else:
+        assert err.count("\n") == 1 and "set HPCTRAIN_DEBUG=1 for the traceback" in last
+
+
+def test_unknown_ids_do_not_spare_the_known_ones(hpctrain_home: Path, tmp_path: Path) -> None:
+    bindir = _fake_tool(tmp_path, "sbatch", "echo 4245\n")
+    _fake_tool(tmp_path, "scancel", 'echo "$@" > "$(dirname "$0")/cancelled"\n')
+    env = {"PATH": f"{bindir}:/usr/bin:/bin"}
+    assert (
+        run_cli("submit", "jobs/digits-ddp.yaml", "--site", "local", "--backend", "slurm", env=env).returncode
+        == 0
+    )
+    proc = run_cli("cancel", "4245", "nope", env=env)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "not tracked by hpctrain: nope" in proc.stderr
+    assert (bindir / "cancelled").read_text().split() == ["4245"]

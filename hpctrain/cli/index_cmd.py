@@ -1,0 +1,41 @@
+"""`hpctrain index check|compact`: find unreadable lines and unindexed run directories; repair."""
+
+from __future__ import annotations
+
+import argparse
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "action",
+        choices=("check", "compact"),
+        help="check: report problems, exit 1 if any; compact: archive runs that ended over a day ago "
+        "and move unreadable lines to index-rejected.jsonl.",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    from hpctrain.index_lines import silence_warnings
+    from hpctrain.records import Index
+
+    silence_warnings()
+    index = Index()
+    if args.action == "compact":
+        done = index.compact()
+        print(
+            f"{done.active} runs in the journal, {done.archived} in the archive ({done.moved} moved now);"
+            f" {done.rejected} unreadable lines set aside"
+            + (f" in {index.rejected_path}" if done.rejected else "")
+        )
+        return 0
+    report = index.check()
+    print(f"{report.runs} runs; journal {index.path} is {report.journal_bytes} bytes")
+    for path, number, text in report.bad_lines:
+        print(f"unreadable line {path}:{number}: {text.decode('utf-8', 'replace')!r}")
+    for run_id in report.unindexed_dirs:
+        print(f"run directory not in the index: {index.root / 'runs' / run_id}")
+    for run_id in report.missing_dirs:
+        print(f"indexed run without its directory: {run_id}")
+    if report.bad_lines:
+        print("`hpctrain index compact` moves the unreadable lines to index-rejected.jsonl")
+    return 1 if report.bad_lines or report.unindexed_dirs else 0
