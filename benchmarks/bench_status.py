@@ -66,7 +66,17 @@ def populate(home: Path, tracked: int, metrics_mb: int) -> None:
         run.write_result(Result(step=400, steps=400, final_loss=0.025, eval_accuracy=0.97))
         state = "COMPLETED" if number % 10 else "FAILED"
         index.add(
-            Run(run_id, str(100000 + number), f"bench{number}", "local", "slurm", path, now, state, now)
+            Run(
+                run_id=run_id,
+                job_id=str(100000 + number),
+                name=f"bench{number}",
+                site="local",
+                backend="slurm",
+                run_dir=path,
+                submitted_at=now,
+                state=state,
+                state_at=now,
+            )
         )
 
 

@@ -20,7 +20,19 @@ def track(home: Path, job_id: str, state: str, backend: str = "local", name: str
     index = Index(home)
     run_id, run_dir = index.new_run_dir(name)
     now = time.time()
-    index.add(Run(run_id, job_id, name, "local", backend, run_dir, now, state, now))
+    index.add(
+        Run(
+            run_id=run_id,
+            job_id=job_id,
+            name=name,
+            site="local",
+            backend=backend,
+            run_dir=run_dir,
+            submitted_at=now,
+            state=state,
+            state_at=now,
+        )
+    )
     return RunDir(run_dir)
 
 
