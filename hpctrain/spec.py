@@ -16,16 +16,58 @@ from msgspec import Meta
 
 from hpctrain.errors import SpecError
 
+# Every pattern is anchored with \A...\Z: msgspec matches with re.search, and `$` also matches
+# before a final newline, which would let "USR1\n" end an #SBATCH block early.
 # Values that land in `#SBATCH` lines or in Slurm command arguments. Slurm parses directives itself,
 # so shell quoting cannot protect them: they are restricted to characters with no meaning to sbatch.
-SLURM_WORD = r"^[A-Za-z0-9_.,:+@%=/\-\[\]]+$"
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-SIGNAL = r"^(SIG)?[A-Z0-9]+$"
+SLURM_WORD = r"\A[A-Za-z0-9_.,:+@%=/\-\[\]]+\Z"
+NAME = r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z"
+NODE_NAME = r"\A[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}\Z"
+ENV_NAME = r"\A[A-Za-z_][A-Za-z0-9_]*\Z"
+# One line of text: no control character (below 0x20, or DEL); `setup` lines may hold tabs.
+LINE = r"\A[^\x00-\x1f\x7f]*\Z"
+SHELL_LINE = r"\A[^\x00-\x08\x0a-\x1f\x7f]*\Z"
 
 SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
-# YAML users write `OMP_NUM_THREADS: 1`; templates render every value as a quoted string.
-EnvValue = str | int | float | bool
+Line = Annotated[str, Meta(pattern=LINE)]
+ShellLine = Annotated[str, Meta(pattern=SHELL_LINE)]
+NodeName = Annotated[str, Meta(pattern=NODE_NAME)]
+# YAML users write `OMP_NUM_THREADS: 1`; env values are read as the text written and rendered quoted.
+EnvValue = Line | int | float | bool
+
+# Names a job or site may not set in `env`: the ones Slurm and hpctrain give the script, those bash
+# treats specially (read-only, or run code: BASH_ENV, PS4, PROMPT_COMMAND...) and those the template
+# assigns itself. A user value there could replace the job id that `$((... SLURM_JOB_ID ...))`
+# evaluates, or the Python that runs the job.
+RESERVED_ENV_PREFIXES = ("SLURM_", "HPCTRAIN_", "BASH", "SRUN_", "SBATCH_", "PMI_", "PMIX_")
+RESERVED_ENV = frozenset(
+    {
+        # assigned by the templates (tests/unit/test_hostile_render.py checks the list against them)
+        "RUN_DIR", "PYTHON", "MASTER_ADDR", "MASTER_PORT", "step_pid", "status",
+        # bash's special and read-only variables
+        "UID", "EUID", "PPID", "SHELLOPTS", "IFS", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
+        "ENV", "CDPATH", "GLOBIGNORE", "POSIXLY_CORRECT", "TMOUT", "RANDOM", "SRANDOM", "SECONDS",
+        "LINENO", "GROUPS", "FUNCNAME", "PIPESTATUS", "OPTIND", "OPTARG", "OPTERR", "DIRSTACK",
+        "HOSTTYPE", "MACHTYPE", "OSTYPE", "PWD", "OLDPWD", "SHLVL", "HISTFILE", "EPOCHSECONDS",
+        "EPOCHREALTIME", "COPROC", "REPLY", "MAILPATH", "MAILCHECK", "INPUTRC", "HOME", "PATH",
+    }
+)  # fmt: skip
+
+
+def env_name_problem(name: object) -> str | None:
+    """Why `name` may not be set in an env mapping, or None when it may."""
+    if not isinstance(name, str) or not re.fullmatch(ENV_NAME, name):
+        return f"{name!r} is not a valid variable name"
+    if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+        return f"{name!r} is reserved (set by Slurm, bash or hpctrain itself)"
+    return None
+
+
+def check_env(field: str, mapping: dict[str, Any]) -> None:
+    for key in mapping:
+        problem = env_name_problem(key)
+        if problem:
+            raise ValueError(f"{field}: {problem}")
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
@@ -36,13 +78,13 @@ class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True
 # Slurm value formats
 # ----------------------------------------------------------------------------------------------
 
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-_MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.IGNORECASE)
+_TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
+_MEM = re.compile(r"([0-9]+)([KMGT]?)B?", re.IGNORECASE)
 
 
 def time_minutes(value: str) -> int:
     """Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) in whole minutes."""
-    match = _TIME.match(value.strip())
+    match = _TIME.fullmatch(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"{value!r} is not a Slurm time (e.g. 30, 01:30:00, 1-12:00:00)")
     days, first, second, third = match.groups()
@@ -54,13 +96,16 @@ def time_minutes(value: str) -> int:
         total_s = int(first) * 60 + int(second)
     else:  # MM
         total_s = int(first) * 60
+    if total_s <= 0:
+        # Slurm reads a zero time limit as "no limit", which is never what a spec means.
+        raise ValueError(f"{value!r} is no time at all; give a positive limit")
     return -(-total_s // 60)
 
 
 def memory_mb(value: str | int) -> int:
     """Slurm memory size (`4000`, `4000M`, `16G`, `1T`) in megabytes."""
-    match = _MEM.match(str(value).strip())
-    if not match:
+    match = _MEM.fullmatch(str(value))
+    if not match or int(match.group(1)) == 0:
         raise ValueError(f"{value!r} is not a Slurm memory size (e.g. 16G, 4000M)")
     number, unit = int(match.group(1)), match.group(2).upper()
     factor = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
@@ -99,6 +144,16 @@ class Resources(Base):
         None
     )
     exclusive: Annotated[bool, Meta(description="Ask for whole nodes (--exclusive).")] = False
+    gpu_type: Annotated[
+        SlurmWord | None,
+        Meta(description="GPU type (--gres=gpu:TYPE:N); must be the partition's; default: the partition's."),
+    ] = None
+    exclude: Annotated[list[NodeName], Meta(description="Nodes never to run on (--exclude).")] = []
+    nodelist: Annotated[
+        list[NodeName], Meta(description="Nodes the job must include (--nodelist); at most `nodes` of them.")
+    ] = []
+    reservation: Annotated[SlurmWord | None, Meta(description="Run inside this reservation.")] = None
+    licenses: Annotated[SlurmWord | None, Meta(description="Licenses to hold (--licenses=matlab:1).")] = None
 
     def __post_init__(self) -> None:
         _check("time", time_minutes, self.time)
@@ -106,6 +161,11 @@ class Resources(Base):
             _check("mem", memory_mb, self.mem)
         if self.tasks_per_node is not None and self.tasks_per_node < 1:
             raise ValueError("tasks_per_node: must be >= 1")
+        if len(self.nodelist) > self.nodes:
+            raise ValueError(f"nodelist: {len(self.nodelist)} nodes named, the job asks for {self.nodes}")
+        both = sorted(set(self.nodelist) & set(self.exclude))
+        if both:
+            raise ValueError(f"nodelist: {', '.join(both)} also in exclude")
 
     @property
     def ntasks_per_node(self) -> int:
@@ -214,7 +274,7 @@ class Train(Base):
     entrypoint: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+            pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z",
             description="module:function returning an hpctrain.runtime.task.Task.",
         ),
     ]
@@ -229,7 +289,9 @@ class Train(Base):
     weight_decay: Annotated[float, Meta(ge=0, description="AdamW weight decay.")] = 0.0
     warmup_steps: Annotated[int, Meta(ge=0, description="Linear warm-up steps.")] = 0
     lr_schedule: Annotated[Literal["constant", "cosine"], Meta(description="LR decay.")] = "constant"
-    grad_clip: Annotated[float | None, Meta(description="Clip gradient norm to this value.")] = None
+    grad_clip: Annotated[
+        Annotated[float, Meta(gt=0)] | None, Meta(description="Clip gradient norm to this value (> 0).")
+    ] = None
     seed: Annotated[int, Meta(description="Seed for model init, data order and dropout.")] = 0
     deterministic: Annotated[
         bool, Meta(description="Deterministic algorithms and data order (bitwise-repeatable runs).")
@@ -257,14 +319,58 @@ class Train(Base):
         return SHORTHANDS[self.parallel] if isinstance(self.parallel, str) else self.parallel
 
 
+def signal_name(value: str) -> str:
+    """`USR1` or `SIGUSR1` -> `USR1`, if it names a signal the batch shell can trap."""
+    import signal as signals
+
+    name = value.removeprefix("SIG")
+    known = getattr(signals, f"SIG{name}", None)
+    if not re.fullmatch(r"[A-Z][A-Z0-9]*", name) or not isinstance(known, signals.Signals):
+        raise ValueError(f"{value!r} is not a signal name (e.g. USR1, TERM)")
+    if name in ("KILL", "STOP"):
+        raise ValueError(f"{value!r} cannot be caught, so the job could not checkpoint")
+    return name
+
+
 class Preemption(Base):
-    signal: Annotated[str, Meta(pattern=SIGNAL, description="Signal Slurm sends before the time limit.")] = (
-        "USR1"
-    )
+    signal: Annotated[
+        str, Meta(description="Signal Slurm sends before the time limit (USR1, SIGTERM...).")
+    ] = "USR1"
     lead_time: Annotated[
         int, Meta(ge=0, description="Seconds before the time limit that the signal comes.")
     ] = 90
     requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
+
+    def __post_init__(self) -> None:
+        _check("signal", signal_name, self.signal)
+
+
+MAIL_TYPES = ("NONE", "BEGIN", "END", "FAIL", "REQUEUE", "ALL", "INVALID_DEPEND", "STAGE_OUT",
+              "TIME_LIMIT", "TIME_LIMIT_90", "TIME_LIMIT_80", "TIME_LIMIT_50", "ARRAY_TASKS")  # fmt: skip
+
+# Options hpctrain sets or models itself, which `sbatch:` may not pass. sbatch takes any unambiguous
+# prefix of a long option (`--out` is `--output`), so a key is refused when it begins one of these.
+OWN_SBATCH_OPTIONS = (
+    "job-name", "output", "error", "input", "open-mode", "time", "time-min", "signal", "requeue",
+    "no-requeue", "account", "qos", "array", "dependency", "partition", "nodes", "ntasks",
+    "ntasks-per-node", "cpus-per-task", "cpus-per-gpu", "gres", "gpus", "gpus-per-node",
+    "gpus-per-task", "gpus-per-socket", "mem", "mem-per-cpu", "mem-per-gpu", "constraint", "exclusive",
+    "exclude", "nodelist", "reservation", "licenses", "begin", "comment", "mail-type", "mail-user",
+    "chdir", "export", "export-file", "get-user-env", "wrap", "parsable", "test-only", "hetjob",
+    "packjob", "uid", "gid", "batch", "wait", "help", "usage", "version", "kill-on-invalid-dep",
+)  # fmt: skip
+SBATCH_KEY = r"\A[a-z][a-z0-9]*(-[a-z0-9]+)*\Z"
+SBATCH_VALUE = r"\A[A-Za-z0-9_.,:+@%=/\-\[\]]+\Z"
+
+
+def sbatch_option_problem(key: str) -> str | None:
+    """Why `sbatch: {key: ...}` may not be passed through, or None when it may."""
+    if not re.fullmatch(SBATCH_KEY, key):
+        return f"{key!r} is not a long sbatch option name (write it without the leading --)"
+    clash = [own for own in OWN_SBATCH_OPTIONS if own.startswith(key)]
+    if clash:
+        return f"--{key} is set by hpctrain itself (--{clash[0]}); use the typed field instead"
+    return None
 
 
 class JobSpec(Base):
@@ -280,25 +386,55 @@ class JobSpec(Base):
     ] = "srun"
     env: Annotated[dict[str, EnvValue], Meta(description="Environment variables for every task.")] = {}
     setup: Annotated[
-        list[str], Meta(description="Shell lines run before launch (module loads, venv activation).")
+        list[ShellLine],
+        Meta(description="Shell lines run before launch (module loads, venv activation); run as written."),
     ] = []
     array: Annotated[
-        Annotated[str, Meta(pattern=r"^[0-9,\-:%]+$")] | None,
+        Annotated[str, Meta(pattern=r"\A[0-9,\-:%]+\Z")] | None,
         Meta(description="Job array indices, Slurm syntax (0-7%2)."),
     ] = None
     dependency: Annotated[
-        Annotated[str, Meta(pattern=r"^[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*$")] | None,
+        Annotated[str, Meta(pattern=r"\A[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*\Z")] | None,
         Meta(description="Slurm dependency (afterok:123)."),
     ] = None
     preemption: Annotated[
         Preemption | None,
         Meta(description="Signal before the time limit, and requeue; site default if unset."),
     ] = None
+    begin: Annotated[
+        SlurmWord | None,
+        Meta(description="Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."),
+    ] = None
+    comment: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")] | None,
+        Meta(
+            description="Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."
+        ),
+    ] = None
+    mail_type: Annotated[
+        list[Literal[MAIL_TYPES]],  # type: ignore[valid-type]
+        Meta(description="When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."),
+    ] = []
+    mail_user: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")] | None,
+        Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
+    ] = None
+    sbatch: Annotated[
+        dict[str, Annotated[str, Meta(pattern=SBATCH_VALUE)] | int | bool],
+        Meta(
+            description="Other sbatch options, {option: value} without `--` (true: a flag); "
+            "options hpctrain sets itself are refused."
+        ),
+    ] = {}
 
     def __post_init__(self) -> None:
-        for key in self.env:
-            if not re.match(ENV_NAME, key):
-                raise ValueError(f"env: {key!r} is not a valid variable name")
+        check_env("env", self.env)
+        for key, value in self.sbatch.items():
+            problem = sbatch_option_problem(key)
+            if problem:
+                raise ValueError(f"sbatch: {problem}")
+            if value is False:
+                raise ValueError(f"sbatch: {key}: false is ambiguous; leave the option out instead")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -317,6 +453,10 @@ class Partition(Base):
     max_time: Annotated[str, Meta(description="Partition time limit (Slurm syntax).")] = "1-00:00:00"
     max_nodes: Annotated[int | None, Meta(description="Most nodes one job may have.")] = None
     default: Annotated[bool, Meta(description="Used when the job names no partition.")] = False
+    node_names: Annotated[
+        list[NodeName] | None,
+        Meta(description="The partition's node names; when given, exclude/nodelist must name them."),
+    ] = None
 
     def __post_init__(self) -> None:
         _check("max_time", time_minutes, self.max_time)
@@ -332,26 +472,29 @@ class Network(Base):
         Meta(description="NCCL settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET_GDR_LEVEL...)."),
     ] = {}
     ucx_env: Annotated[dict[str, EnvValue], Meta(description="UCX settings for MPI over InfiniBand.")] = {}
-    gloo_socket_ifname: Annotated[str | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
+    gloo_socket_ifname: Annotated[Line | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
 
     def __post_init__(self) -> None:
-        for key in (*self.nccl_env, *self.ucx_env):
-            if not re.match(ENV_NAME, key):
-                raise ValueError(f"{key!r} is not a valid variable name")
+        check_env("nccl_env", self.nccl_env)
+        check_env("ucx_env", self.ucx_env)
 
 
 class Site(Base):
     name: Annotated[str, Meta(pattern=NAME, description="Site name.")]
     partitions: Annotated[dict[str, Partition], Meta(description="Partitions by name.")]
     description: Annotated[str, Meta(description="What cluster this is.")] = ""
-    gres_name: Annotated[str, Meta(pattern=r"^\w+$", description="Slurm gres name of GPUs.")] = "gpu"
+    gres_name: Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_]+\Z", description="Slurm gres name of GPUs.")] = (
+        "gpu"
+    )
     network: Annotated[Network, Meta(description="Interconnect and its NCCL/UCX settings.")] = Network()
     mpi: Annotated[Literal["pmix", "pmi2", "none"], Meta(description="srun --mpi plugin for MPI jobs.")] = (
         "none"
     )
-    setup: Annotated[list[str], Meta(description="Shell lines before every job (module loads).")] = []
+    setup: Annotated[
+        list[ShellLine], Meta(description="Shell lines before every job (module loads); run as written.")
+    ] = []
     python: Annotated[
-        str | None,
+        Line | None,
         Meta(description="Python that runs the runtime inside the job; default: the submitting one."),
     ] = None
     env: Annotated[dict[str, EnvValue], Meta(description="Environment for every job at this site.")] = {}
@@ -361,8 +504,9 @@ class Site(Base):
     )
 
     def __post_init__(self) -> None:
+        check_env("env", self.env)
         for name in self.partitions:
-            if not re.match(SLURM_WORD, name):
+            if not re.fullmatch(SLURM_WORD, name):
                 raise ValueError(f"partition name {name!r} has characters Slurm does not accept")
         defaults = [n for n, p in self.partitions.items() if p.default]
         if len(defaults) > 1:
@@ -400,81 +544,38 @@ class Resolved(Base):
         return self.job.preemption or self.site.preemption or Preemption()
 
 
-def _yaml_loader() -> Any:
-    """A safe YAML loader that reads `02:00:00` as a string, not YAML 1.1's base-60 integer 7200."""
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[valid-type,misc]
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        first: [
-            (tag, rx)
-            for tag, rx in resolvers
-            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-        ]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
-    }
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:int",
-        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-        list("-+0123456789"),
-    )
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(
-            r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-            r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        list("-+0123456789."),
-    )
-    return Loader
-
-
-def _load_yaml_text(text: Any) -> Any:
-    import yaml
-
-    return yaml.load(text, Loader=_yaml_loader())
-
-
 def _read_yaml(path: Path) -> Any:
-    import yaml
+    from hpctrain import spec_yaml
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return _load_yaml_text(handle)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise SpecError(f"{path}:{where} invalid YAML: {problem}") from None
+    return spec_yaml.load(spec_yaml.read_text(path), str(path))
 
 
-def _parse_scalar(text: str) -> Any:
-    import yaml
-
-    try:
-        return _load_yaml_text(text)
-    except yaml.YAMLError:
-        return text
+def _override_path(key: str, item: str) -> list[str]:
+    parts = key.split(".")
+    if not all(parts):
+        raise SpecError(f"--set {item!r}: expected dotted.key=value")
+    return parts
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> dict[str, Any]:
     """Apply `dotted.key=value` overrides (values parsed as YAML scalars) to raw spec data."""
+    from hpctrain import spec_yaml
+
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise SpecError(f"--set {item!r}: expected dotted.key=value")
-        parts = key.split(".")
+        parts = _override_path(key, item)
         node = data
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             child = node.get(part)
             if isinstance(child, str) and part == "parallel":
+                if child not in SHORTHANDS:
+                    where = ".".join(parts[: depth + 1])
+                    raise SpecError(
+                        f"{origin}: {where}: {child!r} is not one of {', '.join(SHORTHANDS)}, so "
+                        f"--set {key} has nothing to change"
+                    )
                 child = {"dp": 1} if child != "ddp" else {}
                 child.update(msgspec.to_builtins(SHORTHANDS[node[part]]))
             if child is None:
@@ -483,8 +584,55 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> 
                 raise SpecError(f"--set {key}: {part} is not a section in {origin}")
             node[part] = child
             node = child
-        node[parts[-1]] = _parse_scalar(raw)
+        node[parts[-1]] = _override_value(raw, key, tuple(parts[:-1]) in spec_yaml.LITERAL_MAPS)
     return data
+
+
+def _override_value(raw: str, key: str, literal: bool) -> Any:
+    """A --set value as YAML reads it; env values keep their text (`--set env.X=0755` is "0755")."""
+    from hpctrain import spec_yaml
+
+    if literal and not raw:
+        return ""
+    try:
+        return spec_yaml.load(raw, f"--set {key}", {()} if literal else ())
+    except SpecError as err:
+        if "invalid YAML" in str(err):
+            return raw
+        raise
+
+
+# Fields whose text never reaches the batch script (only spec.json, JSON-encoded), so they may hold
+# any character; everything else is refused control characters before its own checks run.
+FREE_TEXT = frozenset({("description",), ("train", "options")})
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _check_values(data: Any, path: tuple[str, ...], origin: str) -> None:
+    """Refuse non-finite numbers anywhere and control characters in whatever reaches the script."""
+    import math
+
+    free = any(path[: len(p)] == p for p in FREE_TEXT)
+
+    def fail(problem: str) -> SpecError:
+        return SpecError(f"{origin}: {'.'.join(path) or '(top level)'}: {problem}")
+
+    if isinstance(data, float) and not math.isfinite(data):
+        raise fail(f"{data} is not a finite number")
+    if (
+        isinstance(data, str)
+        and not free
+        and (_CONTROL.search(data) or ("\t" in data and path[:1] != ("setup",)))
+    ):
+        raise fail(f"{data!r} holds a control character (newline, tab, ...); give one line of plain text")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and not free and (_CONTROL.search(key) or "\t" in key):
+                raise fail(f"key {key!r} holds a control character")
+            _check_values(value, (*path, str(key)), origin)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            _check_values(value, (*path, str(index)), origin)
 
 
 def _field_path(message: str) -> tuple[str, str]:
@@ -497,6 +645,7 @@ def _field_path(message: str) -> tuple[str, str]:
 
 
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
+    _check_values(data, (), origin)
     try:
         return msgspec.convert(data, kind, strict=False)
     except msgspec.ValidationError as err:
@@ -521,6 +670,8 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
 
 def load_site(name_or_path: str | Path, search: list[Path] | None = None) -> Site:
     """A site by path, or by name from the search folders (site-configs/NAME.yaml)."""
+    if not str(name_or_path).strip():
+        raise SpecError("--site: empty; give a site name (e.g. local) or a path")
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         for folder in search or []:
@@ -569,6 +720,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
         raise SpecError(
             f"{job_origin}: resources.mem: {res.mem} per node asked, {where} has {part.mem_per_node}"
         )
+    _check_nodes_and_gpus(res, part, where, job_origin)
     if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (job.launcher == "srun"):
         raise SpecError(
             f"{job_origin}: resources.tasks_per_node: the srun launcher runs one task per GPU "
@@ -593,6 +745,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
                 f"{job_origin}: train.parallel.ps.servers: {ps.servers} servers leave no worker "
                 f"among {world_size} tasks"
             )
+        _check_servers(ps, site, ps.partition or part_name, job_origin)
         parallel = dims
     else:
         try:
@@ -611,6 +764,62 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
                 f"dp*fsdp*grad_accum = {parallel.dp * parallel.fsdp * job.train.grad_accum}"
             )
     return Resolved(job=job, site=site, partition=part_name, world_size=world_size, parallel=parallel)
+
+
+def _check_nodes_and_gpus(res: Resources, part: Partition, where: str, job_origin: str) -> None:
+    """Typed GPUs and named nodes must exist in the partition the job runs in."""
+    if res.gpu_type is not None and res.gpu_type != part.gpu_type:
+        has = f"has {part.gpu_type} GPUs" if part.gpu_type else "lists no GPU type"
+        raise SpecError(f"{job_origin}: resources.gpu_type: {res.gpu_type!r} asked, {where} {has}")
+    if res.gpu_type is not None and not res.gpus_per_node:
+        raise SpecError(f"{job_origin}: resources.gpu_type: set, but gpus_per_node is 0")
+    if part.node_names is None:
+        return
+    for field in ("exclude", "nodelist"):
+        unknown = [n for n in getattr(res, field) if n not in part.node_names]
+        if unknown:
+            raise SpecError(
+                f"{job_origin}: resources.{field}: {', '.join(unknown)} not in {where} "
+                f"({', '.join(part.node_names)})"
+            )
+    left = len(set(part.node_names) - set(res.exclude))
+    if res.nodes > left:
+        raise SpecError(
+            f"{job_origin}: resources.exclude: {res.nodes} nodes asked, {left} left in {where} "
+            "after the exclusions"
+        )
+
+
+def _check_servers(ps: ParameterServer, site: Site, part_name: str, job_origin: str) -> None:
+    """The parameter servers' own request (their hetjob component) must fit their partition."""
+    part = site.partitions[part_name]
+    where = f"partition {part_name} of site {site.name}"
+
+    def refuse(field: str, problem: str) -> SpecError:
+        return SpecError(f"{job_origin}: train.parallel.ps.{field}: {problem}")
+
+    if ps.mem is not None:
+        try:
+            mem = memory_mb(ps.mem)
+        except ValueError as err:
+            raise refuse("mem", str(err)) from None
+        if mem > memory_mb(part.mem_per_node):
+            raise refuse("mem", f"{ps.mem} per node asked, {where} has {part.mem_per_node}")
+    if ps.cpus_per_server > part.cpus_per_node:
+        raise refuse("cpus_per_server", f"{ps.cpus_per_server} CPUs asked, {where} has {part.cpus_per_node}")
+    if not ps.heterogeneous:
+        return
+    if ps.nodes > (part.max_nodes or part.nodes):
+        raise refuse("nodes", f"{ps.nodes} nodes asked, {where} allows {part.max_nodes or part.nodes}")
+    if ps.nodes > ps.servers:
+        raise refuse("nodes", f"{ps.nodes} nodes for {ps.servers} servers would leave a node empty")
+    per_node = -(-ps.servers // ps.nodes)
+    if per_node * ps.cpus_per_server > part.cpus_per_node:
+        raise refuse(
+            "cpus_per_server",
+            f"{per_node} servers x {ps.cpus_per_server} CPUs = {per_node * ps.cpus_per_server} per node, "
+            f"{where} has {part.cpus_per_node}",
+        )
 
 
 def dumps(resolved: Resolved) -> bytes:

@@ -13,7 +13,7 @@ from hpctrain import spec
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import BackendError, JobState
 from hpctrain.records import SUBMIT_FAILED, Index, Run
-from hpctrain.render import render, slurm_directive_path
+from hpctrain.render import batch_options, render, slurm_directive_path
 
 REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
 
@@ -39,17 +39,14 @@ def prepare(
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
     resolved = load_and_resolve(job_path, site, overrides)
     # A dry run has no run directory yet: the script shows where it would be.
-    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template_for(backend_name)))
+    template = select_backend(backend_name).template
+    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template))
 
 
 def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
     job = spec.load_job(job_path, overrides)
     site_profile = spec.load_site(site, site_search_path())
     return spec.resolve(job, site_profile, str(job_path), str(site))
-
-
-def template_for(backend_name: str | None) -> str:
-    return "local.sh.j2" if backend_name == "local" else "sbatch.sh.j2"
 
 
 class Submitted(msgspec.Struct):
@@ -71,7 +68,7 @@ def submit(
     resolved = load_and_resolve(job_path, site, overrides)
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(resolved.job.name)
-    script = render(resolved, run_dir, template=template_for(backend.name))
+    script = render(resolved, run_dir, template=backend.template)
     (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
     script_path = run_dir / "job.sbatch"
     script_path.write_text(script)
@@ -96,7 +93,7 @@ def submit(
         now,
     )
     try:
-        run.job_id = backend.submit(script_path, run_dir)
+        run.job_id = backend.submit(script_path, run_dir, batch_options(resolved, run_dir))
     except BackendError as err:
         run.state, run.reason = SUBMIT_FAILED, str(err)
         index.add(run)

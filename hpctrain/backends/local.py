@@ -9,8 +9,12 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 STATE_FILE = "local-job.json"
 
@@ -27,8 +31,10 @@ class LocalBackend(Backend):
     """Each job is a process group started in its own session; its exit code lands in a file."""
 
     name = "local"
+    template = "local.sh.j2"
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        # No scheduler: the batch options have nothing to ask of.
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "logs").mkdir(exist_ok=True)
         exit_file = run_dir / "local-exit-code"

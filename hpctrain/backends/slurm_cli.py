@@ -8,8 +8,12 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds is reported as unreachable.
@@ -53,7 +57,8 @@ class SlurmCliBackend(Backend):
             raise BackendError(f"{what} failed: {message}")
         return proc.stdout
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        # sbatch reads the options from the script's own #SBATCH lines, which print `batch`.
         proc = self._run(["sbatch", "--parsable", str(script)], "sbatch")
         out = self._check(proc, "sbatch")
         # --parsable prints `jobid` or `jobid;cluster`.
