@@ -28,6 +28,15 @@ ENV_NAME = r"\A[A-Za-z_][A-Za-z0-9_]*\Z"
 LINE = r"\A[^\x00-\x1f\x7f]*\Z"
 SHELL_LINE = r"\A[^\x00-\x08\x0a-\x1f\x7f]*\Z"
 
+# How refusals describe each pattern, instead of printing the regex.
+PATTERN_WORDS = {
+    SLURM_WORD: "letters, digits and _.,:+@%=/-[] (no spaces)",
+    NAME: "letters, digits and _.- (up to 64, starting with a letter or digit)",
+    ENV_NAME: "letters, digits and _, not starting with a digit",
+    LINE: "one line of text (no control characters)",
+    SHELL_LINE: "one line of text (no control characters but tab)",
+}
+
 SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
 Line = Annotated[str, Meta(pattern=LINE)]
 ShellLine = Annotated[str, Meta(pattern=SHELL_LINE)]
@@ -360,7 +369,7 @@ OWN_SBATCH_OPTIONS = (
     "packjob", "uid", "gid", "batch", "wait", "help", "usage", "version", "kill-on-invalid-dep",
 )  # fmt: skip
 SBATCH_KEY = r"\A[a-z][a-z0-9]*(-[a-z0-9]+)*\Z"
-SBATCH_VALUE = r"\A[A-Za-z0-9_.,:+@%=/\-\[\]]+\Z"
+SBATCH_VALUE = SLURM_WORD
 
 
 def sbatch_option_problem(key: str) -> str | None:
@@ -420,7 +429,7 @@ class JobSpec(Base):
         Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
     ] = None
     sbatch: Annotated[
-        dict[str, Annotated[str, Meta(pattern=SBATCH_VALUE)] | int | bool],
+        dict[str, str | int | bool],
         Meta(
             description="Other sbatch options, {option: value} without `--` (true: a flag); "
             "options hpctrain sets itself are refused."
@@ -435,6 +444,8 @@ class JobSpec(Base):
                 raise ValueError(f"sbatch: {problem}")
             if value is False:
                 raise ValueError(f"sbatch: {key}: false is ambiguous; leave the option out instead")
+            if isinstance(value, str) and not re.fullmatch(SBATCH_VALUE, value):
+                raise ValueError(f"sbatch: {key}: {value!r} may hold only {PATTERN_WORDS[SBATCH_VALUE]}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -655,6 +666,8 @@ def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
             path = f"{path}.{inner.group(1)}" if path else inner.group(1)
             problem = inner.group(2)
         problem = problem.replace("Object contains unknown field", "unknown field")
+        for pattern, words in PATTERN_WORDS.items():
+            problem = problem.replace(f"matching regex {pattern!r}", f"of {words}")
         where = f" {path}:" if path else ""
         raise SpecError(f"{origin}:{where} {problem}") from None
 

@@ -50,11 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "verb", None):
         parser.print_help()
         return EXIT_INPUT
-    from hpctrain.errors import HpctrainError
+    import os
 
+    from hpctrain.errors import HpctrainError, one_line
+
+    debug = os.environ.get("HPCTRAIN_DEBUG", "") not in ("", "0")
     try:
         return int(args.run(args) or 0)
     except HpctrainError as err:
+        if debug:
+            raise
         print(f"hpctrain: error: {err}", file=sys.stderr)
         return err.exit_code
     except KeyboardInterrupt:
@@ -63,7 +68,15 @@ def main(argv: list[str] | None = None) -> int:
     except BrokenPipeError:
         return 0
     except OSError as err:
+        if debug:
+            raise
         print(f"hpctrain: error: {err.strerror or err}: {err.filename or ''}".rstrip(": "), file=sys.stderr)
+        return EXIT_FAILURE
+    except Exception as err:  # a bug, not the user's input: still one line; HPCTRAIN_DEBUG=1 shows where
+        if debug:
+            raise
+        message = one_line(f"{type(err).__name__}: {err}")[:500]
+        print(f"hpctrain: internal error: {message} (HPCTRAIN_DEBUG=1 shows the traceback)", file=sys.stderr)
         return EXIT_FAILURE
 
 
