@@ -300,7 +300,9 @@ sbatch_edits = st.one_of(
 
 
 def dump(data: Any) -> str:
-    return yaml.safe_dump(data, allow_unicode=True, sort_keys=False)
+    return yaml.dump(
+        data, Dumper=getattr(yaml, "CSafeDumper", yaml.SafeDumper), allow_unicode=True, sort_keys=False
+    )
 
 
 def test_generated_job_documents(tmp_path: Path) -> None:
