@@ -63,10 +63,19 @@ RESERVED_ENV = frozenset(
 )  # fmt: skip
 
 
+# HPCTRAIN_ names that are runtime settings for a job to choose, not values hpctrain hands the job:
+# the log level and the parameter-server fault-injection switches the fault tests use.
+JOB_SETTABLE_HPCTRAIN_ENV = frozenset(
+    {"HPCTRAIN_LOG_LEVEL", "HPCTRAIN_PS_CRASH", "HPCTRAIN_PS_DELAY", "HPCTRAIN_PS_SLOW"}
+)
+
+
 def env_name_problem(name: object) -> str | None:
     """Why `name` may not be set in an env mapping, or None when it may."""
     if not isinstance(name, str) or not re.fullmatch(ENV_NAME, name):
         return f"{name!r} is not a valid variable name"
+    if name in JOB_SETTABLE_HPCTRAIN_ENV:
+        return None
     if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
         return f"{name!r} is reserved (set by Slurm, bash or hpctrain itself)"
     return None
