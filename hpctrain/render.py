@@ -13,7 +13,8 @@ import msgspec
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
-from hpctrain.spec import Resolved, memory_mb, signal_name
+from hpctrain.slurm_values import memory_mb, signal_name
+from hpctrain.spec import Resolved
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=:\-]+$")

@@ -8,6 +8,7 @@ reported in one line naming the file and the key.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Collection
 from pathlib import Path
@@ -186,3 +187,34 @@ class _Builder:
                 raise self.fail(path, f"duplicate key {key!r}")
             explicit[key] = self.build(value_node, (*path, str(key)))
         return {**merged, **explicit}
+
+
+# Fields whose text never reaches the batch script (only spec.json, JSON-encoded), so they may hold
+# any character; everything else is refused control characters before its own checks run.
+FREE_TEXT = frozenset({("description",), ("train", "options")})
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def check_values(data: Any, path: tuple[str, ...], origin: str) -> None:
+    """Refuse non-finite numbers anywhere and control characters in whatever reaches the script."""
+    free = any(path[: len(p)] == p for p in FREE_TEXT)
+
+    def fail(problem: str) -> SpecError:
+        return SpecError(f"{origin}: {'.'.join(path) or '(top level)'}: {problem}")
+
+    if isinstance(data, float) and not math.isfinite(data):
+        raise fail(f"{data} is not a finite number")
+    if (
+        isinstance(data, str)
+        and not free
+        and (_CONTROL.search(data) or ("\t" in data and path[:1] != ("setup",)))
+    ):
+        raise fail(f"{data!r} holds a control character (newline, tab, ...); give one line of plain text")
+    if isinstance(data, dict):
+        for key, value in data.items():
+            if isinstance(key, str) and not free and (_CONTROL.search(key) or "\t" in key):
+                raise fail(f"key {key!r} holds a control character")
+            check_values(value, (*path, str(key)), origin)
+    elif isinstance(data, list):
+        for index, value in enumerate(data):
+            check_values(value, (*path, str(index)), origin)

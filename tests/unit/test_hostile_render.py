@@ -14,6 +14,7 @@ from hpctrain import spec
 from hpctrain.backends.slurm_cli import SlurmCliBackend
 from hpctrain.errors import BackendError
 from hpctrain.render import TEMPLATES, batch_options, render
+from hpctrain.slurm_values import env_name_problem
 from tests.conftest import JOBS, SITES
 
 LOCAL = SITES / "local.yaml"
@@ -42,7 +43,7 @@ def test_every_name_a_template_assigns_is_reserved() -> None:
             re.findall(r"^\s*(?:export\s+)?([A-Za-z_][A-Za-z0-9_]*)=", template.read_text(), re.M)
         )
     assert assigned, "no assignment found: the pattern no longer matches the templates"
-    free = sorted(name for name in assigned if spec.env_name_problem(name) is None)
+    free = sorted(name for name in assigned if env_name_problem(name) is None)
     assert not free, f"templates assign {free}, which a spec's env may still set"
 
 
