@@ -2,6 +2,16 @@
 
 from __future__ import annotations
 
+import re
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def one_line(text: str) -> str:
+    """`text` with control characters escaped (a newline shows as \\n): input quoted in a message
+    cannot split it into lines or drive the terminal."""
+    return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
+
 
 class HpctrainError(Exception):
     """Base of every error the CLI reports as one line instead of a traceback."""
@@ -9,16 +19,21 @@ class HpctrainError(Exception):
     exit_code = 1
 
 
-class SpecError(HpctrainError, ValueError):
+class InputError(HpctrainError, ValueError):
+    """Bad input: the message, which quotes the input, is always one line."""
+
+    exit_code = 2
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())
+
+
+class SpecError(InputError):
     """A job spec or site profile that cannot be used; the message names field and file."""
 
-    exit_code = 2
 
-
-class RenderError(HpctrainError, ValueError):
+class RenderError(InputError):
     """The job cannot be rendered (an unsafe path, a missing template)."""
-
-    exit_code = 2
 
 
 class BackendError(HpctrainError, RuntimeError):

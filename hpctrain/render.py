@@ -9,10 +9,13 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from hpctrain import __version__
 from hpctrain.errors import RenderError
-from hpctrain.rundir import template_files
-from hpctrain.spec import Resolved, memory_mb, time_minutes
+from hpctrain.rundir import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
+from hpctrain.slurm_values import memory_mb, signal_name
+from hpctrain.spec import Resolved
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
 # No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
@@ -77,54 +80,136 @@ def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
     return [(key, text(value)) for key, value in mapping.items()]
 
 
-def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dict[str, Any]:
-    """Everything a template may use; computed here so templates stay free of logic."""
+class Directive(msgspec.Struct, frozen=True, array_like=True):
+    """One batch option: `--option=value`, or the flag `--option` when value is None.
+
+    Values come from validated spec fields only (no newline, no quote, no `#`), so sbatch, which
+    reads #SBATCH lines itself, takes each one as written.
+    """
+
+    option: str
+    value: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.value is None:
+            return f"--{self.option}"
+        value = f'"{self.value}"' if " " in self.value else self.value
+        return f"--{self.option}={value}"
+
+
+BatchOptions = list[list[Directive]]
+"""Batch options per hetjob component (one component unless parameter servers run beside the workers);
+the first component also carries the options of the whole job."""
+
+
+def batch_options(resolved: Resolved, run_dir: Path) -> BatchOptions:
+    """What the job asks of Slurm, as data: the template prints it, backends submit it."""
     job, site = resolved.job, resolved.site
     res = job.resources
     part = site.partitions[resolved.partition]
+    preemption = resolved.preemption
+
+    def some(**options: object) -> list[Directive]:
+        """Directives for the options that are set; True is a flag, None/False/empty is left out."""
+        out = []
+        for name, value in options.items():
+            if value is None or value is False or value == [] or value == "":
+                continue
+            option = name.rstrip("_").replace("_", "-")
+            out.append(Directive(option, None if value is True else str(value)))
+        return out
+
+    whole_job = some(
+        job_name=job.name,
+        output=f"{slurm_directive_path(run_dir)}/{LOGS}/{SLURM_ARRAY_BATCH_LOG if job.array else BATCH_LOG}",
+        open_mode="append",
+        time=res.time,
+        signal=f"B:{preemption.signal}@{preemption.lead_time}",
+        requeue=preemption.requeue,
+        no_requeue=not preemption.requeue,
+        account=res.account,
+        qos=res.qos,
+        array=job.array,
+        dependency=job.dependency,
+        reservation=res.reservation,
+        licenses=res.licenses,
+        begin=job.begin,
+        comment=job.comment,
+        mail_type=",".join(job.mail_type),
+        mail_user=job.mail_user,
+    )
+    ps = resolved.parallel.ps
+    mem_mb = memory_mb(res.mem) if res.mem else None
+    exclude = ",".join(res.exclude)
+    components: BatchOptions = []
+    if ps is not None and ps.heterogeneous:
+        ps_mem_mb = memory_mb(ps.mem) if ps.mem else None
+        # srun refuses a step whose components mix --mem with the per-CPU default.
+        mem_mb, ps_mem_mb = mem_mb or ps_mem_mb, ps_mem_mb or mem_mb
+        components.append(
+            some(
+                partition=ps.partition or resolved.partition,
+                nodes=ps.nodes,
+                ntasks=ps.servers,
+                cpus_per_task=ps.cpus_per_server,
+                mem=f"{ps_mem_mb}M" if ps_mem_mb else None,
+                exclude=exclude,
+            )
+        )
+    torchrun = job.launcher == "torchrun"
     gpus = res.gpus_per_node
-    gres = None
-    if gpus:
-        gres = f"{site.gres_name}:{part.gpu_type}:{gpus}" if part.gpu_type else f"{site.gres_name}:{gpus}"
-    tasks_per_node = res.ntasks_per_node
+    gpu_type = res.gpu_type or part.gpu_type
+    workers = some(
+        partition=resolved.partition,
+        nodes=res.nodes,
+        ntasks_per_node=1 if torchrun else res.ntasks_per_node,
+        cpus_per_task=res.cpus_per_task * (res.ntasks_per_node if torchrun else 1),
+        gres=(f"{site.gres_name}:{gpu_type}:{gpus}" if gpu_type else f"{site.gres_name}:{gpus}")
+        if gpus
+        else None,
+        mem=f"{mem_mb}M" if mem_mb else None,
+        constraint=res.constraint,
+        exclusive=res.exclusive,
+        exclude=exclude,
+        nodelist=",".join(res.nodelist),
+    )
+    workers += [Directive(name, None if value is True else str(value)) for name, value in job.sbatch.items()]
+    components.append(workers)
+    components[0] = whole_job + components[0]
+    return components
+
+
+def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dict[str, Any]:
+    """Everything a template may use; computed here so templates stay free of logic."""
+    job, site = resolved.job, resolved.site
     environment_vars = dict(site.env)
-    if gpus:
+    if job.resources.gpus_per_node:
         environment_vars.update(site.network.nccl_env)
         environment_vars.update(site.network.ucx_env)
     if site.network.gloo_socket_ifname:
         environment_vars["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
     environment_vars.update(job.env)
     ps = resolved.parallel.ps
-    heterogeneous = ps is not None and ps.heterogeneous
-    mem_mb = memory_mb(res.mem) if res.mem else None
-    ps_mem_mb = memory_mb(ps.mem) if ps and ps.mem else None
-    if heterogeneous:
-        # srun refuses a step whose components mix --mem with the per-CPU default.
-        mem_mb, ps_mem_mb = mem_mb or ps_mem_mb, ps_mem_mb or mem_mb
     return {
         "version": __version__,
         "job": job,
         "site": site,
-        "resources": res,
-        "partition": resolved.partition,
+        "resources": job.resources,
+        "batch": batch_options(resolved, run_dir),
         "world_size": resolved.world_size,
-        "tasks_per_node": tasks_per_node,
-        "gres": gres,
-        "mem_mb": mem_mb,
-        "time_minutes": time_minutes(res.time),
+        "tasks_per_node": job.resources.ntasks_per_node,
         "run_dir": slurm_directive_path(run_dir),
         "python": python or site.python or sys.executable,
         "env": _env_items(environment_vars),
         "setup": [*site.setup, *job.setup],
         "preemption": resolved.preemption,
+        "signal": signal_name(resolved.preemption.signal),
         "launcher": job.launcher,
         "mpi": site.mpi,
         "ps": ps,
-        "heterogeneous": heterogeneous,
-        "ps_partition": (ps.partition or resolved.partition) if ps else None,
-        "ps_mem_mb": ps_mem_mb,
+        "heterogeneous": ps is not None and ps.heterogeneous,
         "array": job.array,
-        "dependency": job.dependency,
         "files": template_files(),
     }
 

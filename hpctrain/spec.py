@@ -16,64 +16,28 @@ from msgspec import Meta
 
 from hpctrain.errors import SpecError
 from hpctrain.layout import DIMS, Layout, LayoutError, check_request
-
-# Values that land in `#SBATCH` lines or in Slurm command arguments. Slurm parses directives itself,
-# so shell quoting cannot protect them: they are restricted to characters with no meaning to sbatch.
-SLURM_WORD = r"^[A-Za-z0-9_.,:+@%=/\-\[\]]+$"
-NAME = r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$"
-ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
-SIGNAL = r"^(SIG)?[A-Z0-9]+$"
-
-SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
-# YAML users write `OMP_NUM_THREADS: 1`; templates render every value as a quoted string.
-EnvValue = str | int | float | bool
+from hpctrain.slurm_values import (
+    MAIL_TYPES,
+    NAME,
+    PATTERN_WORDS,
+    SBATCH_VALUE,
+    SLURM_WORD,
+    EnvValue,
+    Line,
+    NodeName,
+    ShellLine,
+    SlurmWord,
+    check,
+    check_env,
+    memory_mb,
+    sbatch_option_problem,
+    signal_name,
+    time_minutes,
+)
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Common options: unknown keys are errors, fields are keyword-only and immutable."""
-
-
-# ----------------------------------------------------------------------------------------------
-# Slurm value formats
-# ----------------------------------------------------------------------------------------------
-
-_TIME = re.compile(r"^(?:(\d+)-)?(\d+)(?::(\d+))?(?::(\d+))?$")
-_MEM = re.compile(r"^(\d+)([KMGT]?)B?$", re.IGNORECASE)
-
-
-def time_minutes(value: str) -> int:
-    """Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) in whole minutes."""
-    match = _TIME.match(value.strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a Slurm time (e.g. 30, 01:30:00, 1-12:00:00)")
-    days, first, second, third = match.groups()
-    if days is not None:  # D-HH[:MM[:SS]]
-        total_s = int(days) * 86400 + int(first) * 3600 + int(second or 0) * 60 + int(third or 0)
-    elif third is not None:  # HH:MM:SS
-        total_s = int(first) * 3600 + int(second) * 60 + int(third)
-    elif second is not None:  # MM:SS
-        total_s = int(first) * 60 + int(second)
-    else:  # MM
-        total_s = int(first) * 60
-    return -(-total_s // 60)
-
-
-def memory_mb(value: str | int) -> int:
-    """Slurm memory size (`4000`, `4000M`, `16G`, `1T`) in megabytes."""
-    match = _MEM.match(str(value).strip())
-    if not match:
-        raise ValueError(f"{value!r} is not a Slurm memory size (e.g. 16G, 4000M)")
-    number, unit = int(match.group(1)), match.group(2).upper()
-    factor = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}[unit]
-    return max(1, int(number * factor))
-
-
-def _check(field: str, parse: Any, value: Any) -> None:
-    """Run a parser in __post_init__ so that its error names the field."""
-    try:
-        parse(value)
-    except ValueError as err:
-        raise ValueError(f"{field}: {err}") from None
 
 
 # ----------------------------------------------------------------------------------------------
@@ -100,13 +64,28 @@ class Resources(Base):
         None
     )
     exclusive: Annotated[bool, Meta(description="Ask for whole nodes (--exclusive).")] = False
+    gpu_type: Annotated[
+        SlurmWord | None,
+        Meta(description="GPU type (--gres=gpu:TYPE:N); must be the partition's; default: the partition's."),
+    ] = None
+    exclude: Annotated[list[NodeName], Meta(description="Nodes never to run on (--exclude).")] = []
+    nodelist: Annotated[
+        list[NodeName], Meta(description="Nodes the job must include (--nodelist); at most `nodes` of them.")
+    ] = []
+    reservation: Annotated[SlurmWord | None, Meta(description="Run inside this reservation.")] = None
+    licenses: Annotated[SlurmWord | None, Meta(description="Licenses to hold (--licenses=matlab:1).")] = None
 
     def __post_init__(self) -> None:
-        _check("time", time_minutes, self.time)
+        check("time", time_minutes, self.time)
         if self.mem is not None:
-            _check("mem", memory_mb, self.mem)
+            check("mem", memory_mb, self.mem)
         if self.tasks_per_node is not None and self.tasks_per_node < 1:
             raise ValueError("tasks_per_node: must be >= 1")
+        if len(self.nodelist) > self.nodes:
+            raise ValueError(f"nodelist: {len(self.nodelist)} nodes named, the job asks for {self.nodes}")
+        both = sorted(set(self.nodelist) & set(self.exclude))
+        if both:
+            raise ValueError(f"nodelist: {', '.join(both)} also in exclude")
 
     @property
     def ntasks_per_node(self) -> int:
@@ -194,7 +173,7 @@ class Train(Base):
     entrypoint: Annotated[
         str,
         Meta(
-            pattern=r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$",
+            pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z",
             description="module:function returning an hpctrain.runtime.task.Task.",
         ),
     ]
@@ -209,7 +188,9 @@ class Train(Base):
     weight_decay: Annotated[float, Meta(ge=0, description="AdamW weight decay.")] = 0.0
     warmup_steps: Annotated[int, Meta(ge=0, description="Linear warm-up steps.")] = 0
     lr_schedule: Annotated[Literal["constant", "cosine"], Meta(description="LR decay.")] = "constant"
-    grad_clip: Annotated[float | None, Meta(description="Clip gradient norm to this value.")] = None
+    grad_clip: Annotated[
+        Annotated[float, Meta(gt=0)] | None, Meta(description="Clip gradient norm to this value (> 0).")
+    ] = None
     seed: Annotated[int, Meta(description="Seed for model init, data order and dropout.")] = 0
     deterministic: Annotated[
         bool, Meta(description="Deterministic algorithms and data order (bitwise-repeatable runs).")
@@ -238,13 +219,16 @@ class Train(Base):
 
 
 class Preemption(Base):
-    signal: Annotated[str, Meta(pattern=SIGNAL, description="Signal Slurm sends before the time limit.")] = (
-        "USR1"
-    )
+    signal: Annotated[
+        str, Meta(description="Signal Slurm sends before the time limit (USR1, SIGTERM...).")
+    ] = "USR1"
     lead_time: Annotated[
         int, Meta(ge=0, description="Seconds before the time limit that the signal comes.")
     ] = 90
     requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
+
+    def __post_init__(self) -> None:
+        check("signal", signal_name, self.signal)
 
 
 class JobSpec(Base):
@@ -260,25 +244,57 @@ class JobSpec(Base):
     ] = "srun"
     env: Annotated[dict[str, EnvValue], Meta(description="Environment variables for every task.")] = {}
     setup: Annotated[
-        list[str], Meta(description="Shell lines run before launch (module loads, venv activation).")
+        list[ShellLine],
+        Meta(description="Shell lines run before launch (module loads, venv activation); run as written."),
     ] = []
     array: Annotated[
-        Annotated[str, Meta(pattern=r"^[0-9,\-:%]+$")] | None,
+        Annotated[str, Meta(pattern=r"\A[0-9,\-:%]+\Z")] | None,
         Meta(description="Job array indices, Slurm syntax (0-7%2)."),
     ] = None
     dependency: Annotated[
-        Annotated[str, Meta(pattern=r"^[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*$")] | None,
+        Annotated[str, Meta(pattern=r"\A[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*\Z")] | None,
         Meta(description="Slurm dependency (afterok:123)."),
     ] = None
     preemption: Annotated[
         Preemption | None,
         Meta(description="Signal before the time limit, and requeue; site default if unset."),
     ] = None
+    begin: Annotated[
+        SlurmWord | None,
+        Meta(description="Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."),
+    ] = None
+    comment: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")] | None,
+        Meta(
+            description="Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."
+        ),
+    ] = None
+    mail_type: Annotated[
+        list[Literal[MAIL_TYPES]],  # type: ignore[valid-type]
+        Meta(description="When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."),
+    ] = []
+    mail_user: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")] | None,
+        Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
+    ] = None
+    sbatch: Annotated[
+        dict[str, str | int | bool],
+        Meta(
+            description="Other sbatch options, {option: value} without `--` (true: a flag); "
+            "options hpctrain sets itself are refused."
+        ),
+    ] = {}
 
     def __post_init__(self) -> None:
-        for key in self.env:
-            if not re.match(ENV_NAME, key):
-                raise ValueError(f"env: {key!r} is not a valid variable name")
+        check_env("env", self.env)
+        for key, value in self.sbatch.items():
+            problem = sbatch_option_problem(key)
+            if problem:
+                raise ValueError(f"sbatch: {problem}")
+            if value is False:
+                raise ValueError(f"sbatch: {key}: false is ambiguous; leave the option out instead")
+            if isinstance(value, str) and not re.fullmatch(SBATCH_VALUE, value):
+                raise ValueError(f"sbatch: {key}: {value!r} may hold only {PATTERN_WORDS[SBATCH_VALUE]}")
 
 
 # ----------------------------------------------------------------------------------------------
@@ -297,10 +313,14 @@ class Partition(Base):
     max_time: Annotated[str, Meta(description="Partition time limit (Slurm syntax).")] = "1-00:00:00"
     max_nodes: Annotated[int | None, Meta(description="Most nodes one job may have.")] = None
     default: Annotated[bool, Meta(description="Used when the job names no partition.")] = False
+    node_names: Annotated[
+        list[NodeName] | None,
+        Meta(description="The partition's node names; when given, exclude/nodelist must name them."),
+    ] = None
 
     def __post_init__(self) -> None:
-        _check("max_time", time_minutes, self.max_time)
-        _check("mem_per_node", memory_mb, self.mem_per_node)
+        check("max_time", time_minutes, self.max_time)
+        check("mem_per_node", memory_mb, self.mem_per_node)
 
 
 class Network(Base):
@@ -312,26 +332,29 @@ class Network(Base):
         Meta(description="NCCL settings (NCCL_IB_HCA, NCCL_SOCKET_IFNAME, NCCL_NET_GDR_LEVEL...)."),
     ] = {}
     ucx_env: Annotated[dict[str, EnvValue], Meta(description="UCX settings for MPI over InfiniBand.")] = {}
-    gloo_socket_ifname: Annotated[str | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
+    gloo_socket_ifname: Annotated[Line | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
 
     def __post_init__(self) -> None:
-        for key in (*self.nccl_env, *self.ucx_env):
-            if not re.match(ENV_NAME, key):
-                raise ValueError(f"{key!r} is not a valid variable name")
+        check_env("nccl_env", self.nccl_env)
+        check_env("ucx_env", self.ucx_env)
 
 
 class Site(Base):
     name: Annotated[str, Meta(pattern=NAME, description="Site name.")]
     partitions: Annotated[dict[str, Partition], Meta(description="Partitions by name.")]
     description: Annotated[str, Meta(description="What cluster this is.")] = ""
-    gres_name: Annotated[str, Meta(pattern=r"^\w+$", description="Slurm gres name of GPUs.")] = "gpu"
+    gres_name: Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_]+\Z", description="Slurm gres name of GPUs.")] = (
+        "gpu"
+    )
     network: Annotated[Network, Meta(description="Interconnect and its NCCL/UCX settings.")] = Network()
     mpi: Annotated[Literal["pmix", "pmi2", "none"], Meta(description="srun --mpi plugin for MPI jobs.")] = (
         "none"
     )
-    setup: Annotated[list[str], Meta(description="Shell lines before every job (module loads).")] = []
+    setup: Annotated[
+        list[ShellLine], Meta(description="Shell lines before every job (module loads); run as written.")
+    ] = []
     python: Annotated[
-        str | None,
+        Line | None,
         Meta(description="Python that runs the runtime inside the job; default: the submitting one."),
     ] = None
     env: Annotated[dict[str, EnvValue], Meta(description="Environment for every job at this site.")] = {}
@@ -341,8 +364,9 @@ class Site(Base):
     )
 
     def __post_init__(self) -> None:
+        check_env("env", self.env)
         for name in self.partitions:
-            if not re.match(SLURM_WORD, name):
+            if not re.fullmatch(SLURM_WORD, name):
                 raise ValueError(f"partition name {name!r} has characters Slurm does not accept")
         defaults = [n for n, p in self.partitions.items() if p.default]
         if len(defaults) > 1:
@@ -380,81 +404,38 @@ class Resolved(Base):
         return self.job.preemption or self.site.preemption or Preemption()
 
 
-def _yaml_loader() -> Any:
-    """A safe YAML loader that reads `02:00:00` as a string, not YAML 1.1's base-60 integer 7200."""
-    import yaml
-
-    base = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-    class Loader(base):  # type: ignore[valid-type,misc]
-        pass
-
-    Loader.yaml_implicit_resolvers = {
-        first: [
-            (tag, rx)
-            for tag, rx in resolvers
-            if tag not in ("tag:yaml.org,2002:int", "tag:yaml.org,2002:float")
-        ]
-        for first, resolvers in base.yaml_implicit_resolvers.items()
-    }
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:int",
-        re.compile(r"^(?:[-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(?:0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+)$"),
-        list("-+0123456789"),
-    )
-    Loader.add_implicit_resolver(
-        "tag:yaml.org,2002:float",
-        re.compile(
-            r"^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?"
-            r"|[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)"
-            r"|\.[0-9_]+(?:[eE][-+][0-9]+)?|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"
-        ),
-        list("-+0123456789."),
-    )
-    return Loader
-
-
-def _load_yaml_text(text: Any) -> Any:
-    import yaml
-
-    return yaml.load(text, Loader=_yaml_loader())
-
-
 def _read_yaml(path: Path) -> Any:
-    import yaml
+    from hpctrain import spec_yaml
 
-    try:
-        with open(path, encoding="utf-8") as handle:
-            return _load_yaml_text(handle)
-    except FileNotFoundError:
-        raise SpecError(f"{path}: no such file") from None
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark is not None else ""
-        problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-        raise SpecError(f"{path}:{where} invalid YAML: {problem}") from None
+    return spec_yaml.load(spec_yaml.read_text(path), str(path))
 
 
-def _parse_scalar(text: str) -> Any:
-    import yaml
-
-    try:
-        return _load_yaml_text(text)
-    except yaml.YAMLError:
-        return text
+def _override_path(key: str, item: str) -> list[str]:
+    parts = key.split(".")
+    if not all(parts):
+        raise SpecError(f"--set {item!r}: expected dotted.key=value")
+    return parts
 
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> dict[str, Any]:
     """Apply `dotted.key=value` overrides (values parsed as YAML scalars) to raw spec data."""
+    from hpctrain import spec_yaml
+
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
             raise SpecError(f"--set {item!r}: expected dotted.key=value")
-        parts = key.split(".")
+        parts = _override_path(key, item)
         node = data
-        for part in parts[:-1]:
+        for depth, part in enumerate(parts[:-1]):
             child = node.get(part)
             if isinstance(child, str) and part == "parallel":
+                if child not in SHORTHANDS:
+                    where = ".".join(parts[: depth + 1])
+                    raise SpecError(
+                        f"{origin}: {where}: {child!r} is not one of {', '.join(SHORTHANDS)}, so "
+                        f"--set {key} has nothing to change"
+                    )
                 child = {"dp": 1} if child != "ddp" else {}
                 child.update(msgspec.to_builtins(SHORTHANDS[node[part]]))
             if child is None:
@@ -463,8 +444,22 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> 
                 raise SpecError(f"--set {key}: {part} is not a section in {origin}")
             node[part] = child
             node = child
-        node[parts[-1]] = _parse_scalar(raw)
+        node[parts[-1]] = _override_value(raw, key, tuple(parts[:-1]) in spec_yaml.LITERAL_MAPS)
     return data
+
+
+def _override_value(raw: str, key: str, literal: bool) -> Any:
+    """A --set value as YAML reads it; env values keep their text (`--set env.X=0755` is "0755")."""
+    from hpctrain import spec_yaml
+
+    if literal and not raw:
+        return ""
+    try:
+        return spec_yaml.load(raw, f"--set {key}", {()} if literal else ())
+    except SpecError as err:
+        if "invalid YAML" in str(err):
+            return raw
+        raise
 
 
 def _field_path(message: str) -> tuple[str, str]:
@@ -477,6 +472,9 @@ def _field_path(message: str) -> tuple[str, str]:
 
 
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
+    from hpctrain import spec_yaml
+
+    spec_yaml.check_values(data, (), origin)
     try:
         return msgspec.convert(data, kind, strict=False)
     except msgspec.ValidationError as err:
@@ -486,6 +484,8 @@ def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
             path = f"{path}.{inner.group(1)}" if path else inner.group(1)
             problem = inner.group(2)
         problem = problem.replace("Object contains unknown field", "unknown field")
+        for pattern, words in PATTERN_WORDS.items():
+            problem = problem.replace(f"matching regex {pattern!r}", f"of {words}")
         where = f" {path}:" if path else ""
         raise SpecError(f"{origin}:{where} {problem}") from None
 
@@ -501,6 +501,8 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
 
 def load_site(name_or_path: str | Path, search: list[Path] | None = None) -> Site:
     """A site by path, or by name from the search folders (site-configs/NAME.yaml)."""
+    if not str(name_or_path).strip():
+        raise SpecError("--site: empty; give a site name (e.g. local) or a path")
     path = Path(name_or_path)
     if not path.suffix and not path.exists():
         for folder in search or []:
@@ -549,6 +551,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
         raise SpecError(
             f"{job_origin}: resources.mem: {res.mem} per node asked, {where} has {part.mem_per_node}"
         )
+    _check_nodes_and_gpus(res, part, where, job_origin)
     if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (job.launcher == "srun"):
         raise SpecError(
             f"{job_origin}: resources.tasks_per_node: the srun launcher runs one task per GPU "
@@ -573,6 +576,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
                 f"{job_origin}: train.parallel.ps.servers: {ps.servers} servers leave no worker "
                 f"among {world_size} tasks"
             )
+        _check_servers(ps, site, ps.partition or part_name, job_origin)
         parallel = dims
     else:
         try:
@@ -585,6 +589,62 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
             raise SpecError(f"{job_origin}: {where}: {err.problem}") from None
         parallel = msgspec.structs.replace(dims, **layout.degrees)
     return Resolved(job=job, site=site, partition=part_name, world_size=world_size, parallel=parallel)
+
+
+def _check_nodes_and_gpus(res: Resources, part: Partition, where: str, job_origin: str) -> None:
+    """Typed GPUs and named nodes must exist in the partition the job runs in."""
+    if res.gpu_type is not None and res.gpu_type != part.gpu_type:
+        has = f"has {part.gpu_type} GPUs" if part.gpu_type else "lists no GPU type"
+        raise SpecError(f"{job_origin}: resources.gpu_type: {res.gpu_type!r} asked, {where} {has}")
+    if res.gpu_type is not None and not res.gpus_per_node:
+        raise SpecError(f"{job_origin}: resources.gpu_type: set, but gpus_per_node is 0")
+    if part.node_names is None:
+        return
+    for field in ("exclude", "nodelist"):
+        unknown = [n for n in getattr(res, field) if n not in part.node_names]
+        if unknown:
+            raise SpecError(
+                f"{job_origin}: resources.{field}: {', '.join(unknown)} not in {where} "
+                f"({', '.join(part.node_names)})"
+            )
+    left = len(set(part.node_names) - set(res.exclude))
+    if res.nodes > left:
+        raise SpecError(
+            f"{job_origin}: resources.exclude: {res.nodes} nodes asked, {left} left in {where} "
+            "after the exclusions"
+        )
+
+
+def _check_servers(ps: ParameterServer, site: Site, part_name: str, job_origin: str) -> None:
+    """The parameter servers' own request (their hetjob component) must fit their partition."""
+    part = site.partitions[part_name]
+    where = f"partition {part_name} of site {site.name}"
+
+    def refuse(field: str, problem: str) -> SpecError:
+        return SpecError(f"{job_origin}: train.parallel.ps.{field}: {problem}")
+
+    if ps.mem is not None:
+        try:
+            mem = memory_mb(ps.mem)
+        except ValueError as err:
+            raise refuse("mem", str(err)) from None
+        if mem > memory_mb(part.mem_per_node):
+            raise refuse("mem", f"{ps.mem} per node asked, {where} has {part.mem_per_node}")
+    if ps.cpus_per_server > part.cpus_per_node:
+        raise refuse("cpus_per_server", f"{ps.cpus_per_server} CPUs asked, {where} has {part.cpus_per_node}")
+    if not ps.heterogeneous:
+        return
+    if ps.nodes > (part.max_nodes or part.nodes):
+        raise refuse("nodes", f"{ps.nodes} nodes asked, {where} allows {part.max_nodes or part.nodes}")
+    if ps.nodes > ps.servers:
+        raise refuse("nodes", f"{ps.nodes} nodes for {ps.servers} servers would leave a node empty")
+    per_node = -(-ps.servers // ps.nodes)
+    if per_node * ps.cpus_per_server > part.cpus_per_node:
+        raise refuse(
+            "cpus_per_server",
+            f"{per_node} servers x {ps.cpus_per_server} CPUs = {per_node * ps.cpus_per_server} per node, "
+            f"{where} has {part.cpus_per_node}",
+        )
 
 
 def dumps(resolved: Resolved) -> bytes:

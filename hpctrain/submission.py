@@ -13,9 +13,9 @@ import msgspec
 
 from hpctrain import spec
 from hpctrain.backends import select_backend
-from hpctrain.backends.base import BackendError, JobState
+from hpctrain.backends.base import Backend, BackendError, JobState
 from hpctrain.records import SUBMIT_FAILED, Index, Run
-from hpctrain.render import render, slurm_directive_path
+from hpctrain.render import batch_options, render, slurm_directive_path
 
 REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
 
@@ -41,17 +41,14 @@ def prepare(
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
     resolved = load_and_resolve(job_path, site, overrides)
     # A dry run has no run directory yet: the script shows where it would be.
-    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template_for(backend_name)))
+    template = select_backend(backend_name).template
+    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template))
 
 
 def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
     job = spec.load_job(job_path, overrides)
     site_profile = spec.load_site(site, site_search_path())
     return spec.resolve(job, site_profile, str(job_path), str(site))
-
-
-def template_for(backend_name: str | None) -> str:
-    return "local.sh.j2" if backend_name == "local" else "sbatch.sh.j2"
 
 
 class Submitted(msgspec.Struct):
@@ -92,12 +89,12 @@ def submit(
     )
     script_path = run_dir / "job.sbatch"
     try:
-        _write_run_dir(resolved, run_dir, script_path, backend.name, job_path, site, overrides)
+        _write_run_dir(resolved, run_dir, script_path, backend, job_path, site, overrides)
     except BaseException as err:
         _remove_or_record(index, run, f"the run directory could not be written: {_reason(err)}")
         raise
     try:
-        run.job_id = backend.submit(script_path, run_dir)
+        run.job_id = backend.submit(script_path, run_dir, batch_options(resolved, run_dir))
     except BaseException as err:
         run.state, run.reason = SUBMIT_FAILED, _reason(err)
         index.add(run)
@@ -112,19 +109,19 @@ def _write_run_dir(
     resolved: spec.Resolved,
     run_dir: Path,
     script_path: Path,
-    backend_name: str,
+    backend: Backend,
     job_path: str | Path,
     site: str,
     overrides: list[str] | None,
 ) -> None:
-    script = render(resolved, run_dir, template=template_for(backend_name))
+    script = render(resolved, run_dir, template=backend.template)
     (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
     script_path.write_text(script)
     submitted_with = {
         "job": str(Path(job_path).resolve()),
         "site": site,
         "overrides": overrides or [],
-        "backend": backend_name,
+        "backend": backend.name,
         "cwd": str(Path.cwd()),
     }
     (run_dir / "submit.json").write_text(json.dumps(submitted_with, indent=2) + "\n")

@@ -33,3 +33,19 @@ def run_cli(
         cwd=cwd or REPO,
         env={**os.environ, **(env or {})},
     )
+
+
+# Hypothesis: the property tests of hostile input (tests/unit/test_hostile_*.py) run 2,000 examples
+# per property by default, as CI needs; HYPOTHESIS_PROFILE=dev runs 100 for a quick local loop.
+# No deadline: examples render templates and the shared 2-core machine makes timings noisy. No example
+# database: a failure prints its falsifying example, and the checkout stays clean.
+try:
+    from hypothesis import HealthCheck, settings
+except ImportError:  # hypothesis is a test dependency; tests that need it import it themselves
+    pass
+else:
+    _QUIET = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much]
+    _COMMON = {"deadline": None, "database": None, "suppress_health_check": _QUIET}
+    settings.register_profile("ci", max_examples=2000, **_COMMON)
+    settings.register_profile("dev", max_examples=100, **_COMMON)
+    settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))

@@ -6,10 +6,14 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from hpctrain.errors import BackendError
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 
 class JobState(str, enum.Enum):
@@ -170,10 +174,15 @@ class Backend(ABC):
     """Submit, poll many jobs at once, cancel."""
 
     name: str = "base"
+    template: str = "sbatch.sh.j2"
+    """The template (in templates/) that renders this backend's scripts."""
 
     @abstractmethod
-    def submit(self, script: Path, run_dir: Path) -> str:
-        """Submit a rendered batch script; return the job id. Raise BackendError on refusal."""
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        """Submit a rendered batch script; return the job id. Raise BackendError on refusal.
+
+        `batch` is the script's #SBATCH block as data (render.batch_options), for backends that
+        hand options to the scheduler themselves; None for a script written by hand."""
 
     @abstractmethod
     def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:

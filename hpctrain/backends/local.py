@@ -9,9 +9,13 @@ import subprocess
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState
 from hpctrain.rundir import RunDir
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 
 def _jobs_dir() -> Path:
@@ -26,8 +30,10 @@ class LocalBackend(Backend):
     """Each job is a process group started in its own session; its exit code lands in a file."""
 
     name = "local"
+    template = "local.sh.j2"
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        # No scheduler: the batch options have nothing to ask of.
         run = RunDir(run_dir)
         run.logs.mkdir(parents=True, exist_ok=True)
         exit_file = run.local_exit_code

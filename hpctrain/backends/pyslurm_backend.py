@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import shlex
 import shutil
 import signal as signals
 import subprocess
@@ -12,10 +11,13 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
 from hpctrain.spec import memory_mb, time_minutes
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 # pyslurm 23.2 introduced the object API this backend uses (JobSubmitDescription, Jobs.load,
 # Job.cancel, db.Jobs). The 17.11/18.08 releases on PyPI only have the old dict API
@@ -109,12 +111,11 @@ def available(module: ModuleType | None = None) -> tuple[bool, str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# #SBATCH directives -> JobSubmitDescription attributes
+# Batch options (render.batch_options) -> JobSubmitDescription attributes
 # ----------------------------------------------------------------------------------------------
-# sbatch reads a script's #SBATCH lines itself; slurmctld never does. pyslurm's own reader
-# (JobSubmitDescription.load_sbatch_options, 25.11.2) skips unknown options silently, crashes on
-# --partition and --gpus-per-node (it sets attributes the class lacks), and cannot split two options
-# on one line, so this backend reads the directives itself and refuses whatever it cannot translate.
+# sbatch reads a script's #SBATCH lines itself; slurmctld never does. Render hands the same options
+# to this backend as data, so nothing is parsed back from the script; an option without a
+# translation here is refused, never dropped.
 
 
 @dataclass(frozen=True)
@@ -123,14 +124,6 @@ class Option:
     convert: Callable[[str], Any] = str
     flag: Any = None
     """Value when the option is given without one (`--exclusive`); None: a value is required."""
-
-
-def _minutes(value: str) -> int:
-    return time_minutes(value)
-
-
-def _mebibytes(value: str) -> int:
-    return memory_mb(value)
 
 
 def _signal(value: str) -> dict[str, Any]:
@@ -163,8 +156,8 @@ OPTIONS: dict[str, Option] = {
     "output": Option("standard_output"),
     "error": Option("standard_error"),
     "open-mode": Option("log_files_open_mode"),
-    "time": Option("time_limit", _minutes),
-    "time-min": Option("time_limit_min", _minutes),
+    "time": Option("time_limit", time_minutes),
+    "time-min": Option("time_limit_min", time_minutes),
     "signal": Option("signal", _signal),
     "requeue": Option("is_requeueable", _boolean, flag=True),
     "no-requeue": Option("is_requeueable", _boolean, flag=False),
@@ -181,97 +174,45 @@ OPTIONS: dict[str, Option] = {
     "gres": Option("gres_per_node"),
     # --gpus-per-node=N and --gres=gpu:N both become tres_per_node gres/gpu:N.
     "gpus-per-node": Option("gres_per_node", lambda v: f"gpu:{v}"),
-    "mem": Option("memory_per_node", _mebibytes),
-    "mem-per-cpu": Option("memory_per_cpu", _mebibytes),
+    "mem": Option("memory_per_node", memory_mb),
+    "mem-per-cpu": Option("memory_per_cpu", memory_mb),
     "constraint": Option("constraints"),
     "exclusive": Option("resource_sharing", lambda v: v or "no", flag="no"),
+    "exclude": Option("excluded_nodes"),
+    "nodelist": Option("required_nodes"),
+    "reservation": Option("reservations"),
+    "licenses": Option("licenses"),
+    "begin": Option("begin_time"),
+    "mail-type": Option("mail_types"),
+    "mail-user": Option("mail_user"),
     "chdir": Option("working_directory"),
     "comment": Option("comment"),
 }
 
-SHORT: dict[str, str] = {
-    "J": "job-name", "o": "output", "e": "error", "t": "time", "A": "account", "q": "qos",
-    "a": "array", "d": "dependency", "p": "partition", "N": "nodes", "n": "ntasks",
-    "c": "cpus-per-task", "C": "constraint", "D": "chdir",
-}  # fmt: skip
 
-HETJOB_SEPARATORS = ("hetjob", "packjob")
-
-
-def directive_words(text: str) -> list[str]:
-    """The words of a script's #SBATCH lines, read as sbatch does: up to the first command line."""
-    words: list[str] = []
-    for line in text.splitlines():
-        stripped = line.strip()
-        if not stripped:
-            continue
-        if not stripped.startswith("#"):
-            break
-        body = stripped[len("#SBATCH") :]
-        if not stripped.startswith("#SBATCH") or (body and not body[0].isspace()):
-            continue
-        try:
-            words.extend(shlex.split(body, comments=True))
-        except ValueError as err:
-            raise BackendError(f"cannot read #SBATCH line {stripped!r}: {err}") from None
-    return words
+def unsupported_options(batch: BatchOptions) -> list[str]:
+    """What in `batch` this backend cannot submit (empty: all of it translates)."""
+    problems = [f"--{d.option}" for component in batch for d in component if d.option not in OPTIONS]
+    if len(batch) > 1:
+        problems.insert(0, "hetjob (pyslurm submits no heterogeneous jobs)")
+    return problems
 
 
-def parse_directives(text: str) -> tuple[list[tuple[str, str | None]], list[str]]:
-    """(long option name, value) pairs in script order, and the directives that cannot be translated."""
-    words = directive_words(text)
-    pairs: list[tuple[str, str | None]] = []
-    problems: list[str] = []
-    index = 0
-    while index < len(words):
-        word = words[index]
-        index += 1
-        if word in HETJOB_SEPARATORS:
-            problems.append(f"#SBATCH {word} (pyslurm submits no heterogeneous jobs)")
-            continue
-        if word.startswith("--"):
-            name, has_value, value = word[2:].partition("=")
-            value_or_none: str | None = value if has_value else None
-        elif word.startswith("-") and len(word) >= 2:
-            name = SHORT.get(word[1], word[1])
-            value_or_none = word[2:] or None
-        else:
-            problems.append(f"{word!r} (not an option)")
-            continue
-        option = OPTIONS.get(name)
-        if option is None:
-            problems.append(word)
-            continue
-        if value_or_none is None and option.flag is None:
-            if index >= len(words):
-                problems.append(f"{word} (no value)")
-                continue
-            value_or_none = words[index]
-            index += 1
-        pairs.append((name, value_or_none))
-    return pairs, problems
-
-
-def unsupported_directives(text: str) -> list[str]:
-    """What in a script's #SBATCH lines this backend cannot submit (empty: all of it translates)."""
-    return parse_directives(text)[1]
-
-
-def apply_directives(description: Any, text: str) -> None:
-    """Set a JobSubmitDescription's attributes from a script's #SBATCH lines; later ones win, as in sbatch."""
-    pairs, problems = parse_directives(text)
+def apply_options(description: Any, batch: BatchOptions) -> None:
+    """Set a JobSubmitDescription's attributes from the batch options; later ones win, as in sbatch."""
+    problems = unsupported_options(batch)
     if problems:
         raise BackendError(
-            "the pyslurm backend cannot translate these #SBATCH directives: "
+            "the pyslurm backend cannot translate these batch options: "
             f"{', '.join(problems)}; submit with the command-line backend (sbatch) instead"
         )
-    for name, value in pairs:
-        option = OPTIONS[name]
+    for directive in batch[0]:
+        option = OPTIONS[directive.option]
         try:
-            converted = option.flag if value is None else option.convert(value)
+            value = option.flag if directive.value is None else option.convert(directive.value)
         except ValueError as err:
-            raise BackendError(f"#SBATCH --{name}={value}: {err}") from None
-        setattr(description, option.attr, converted)
+            raise BackendError(f"{directive.text}: {err}") from None
+        setattr(description, option.attr, value)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -358,16 +299,17 @@ class PyslurmBackend(Backend):
                 raise BackendError(f"{what} failed: {err}") from None
             raise
 
-    def submit(self, script: Path, run_dir: Path) -> str:
-        try:
-            text = script.read_text(encoding="utf-8")
-        except OSError as err:
-            raise BackendError(f"cannot read {script}: {err.strerror}") from None
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        if batch is None:
+            raise BackendError(
+                f"the pyslurm backend submits scripts rendered by hpctrain (with their options as data), "
+                f"not {script}; submit it with the command-line backend (sbatch)"
+            )
         # Passing the path (not the text) makes pyslurm read the file itself and send it as the batch
-        # script; working_directory stays unset unless #SBATCH --chdir says, so pyslurm uses the
-        # current directory, as sbatch does.
+        # script; working_directory stays unset unless --chdir says, so pyslurm uses the current
+        # directory, as sbatch does.
         description = self.pyslurm.JobSubmitDescription(script=str(script))
-        apply_directives(description, text)
+        apply_options(description, batch)
         job_id = self._rpc("submit", description.submit)
         return str(job_id)
 
@@ -411,10 +353,7 @@ class PyslurmBackend(Backend):
             self._rpc("cancel", job.cancel)
 
     def test_only(self, script: Path) -> str:
-        # pyslurm wraps no slurm_job_will_run; say at least whether the script translates.
-        problems = unsupported_directives(script.read_text(encoding="utf-8"))
-        if problems:
-            raise BackendError(f"the pyslurm backend cannot translate: {', '.join(problems)}")
+        # pyslurm wraps no slurm_job_will_run.
         raise BackendError(
             "pyslurm has no test-only submission (no slurm_job_will_run binding); "
             "use the command-line backend for --test-only"

@@ -9,9 +9,13 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
 from hpctrain.errors import SpecError
+
+if TYPE_CHECKING:
+    from hpctrain.render import BatchOptions
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds (HPCTRAIN_SLURM_TIMEOUT) is reported as unreachable.
@@ -98,7 +102,8 @@ class SlurmCliBackend(Backend):
             raise BackendError(f"{what} failed: {message}")
         return proc.stdout
 
-    def submit(self, script: Path, run_dir: Path) -> str:
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        # sbatch reads the options from the script's own #SBATCH lines, which print `batch`.
         proc = self._run(["sbatch", "--parsable", str(script)], "sbatch")
         return parse_sbatch(self._check(proc, "sbatch"))
 

@@ -13,8 +13,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
     from hpctrain.cli.common import table
+    from hpctrain.errors import SpecError
 
     kind = spec.JobSpec if args.what == "job" else spec.Site
-    rows = [list(r) for r in spec.field_docs(kind) if r[0].startswith(args.field)]
+    field = args.field.rstrip(".")
+    rows = [
+        list(r) for r in spec.field_docs(kind) if not field or r[0] == field or r[0].startswith(field + ".")
+    ]
+    if not rows:
+        raise SpecError(
+            f"explain {args.what}: no field {args.field!r}; `hpctrain explain {args.what}` lists them"
+        )
     print(table(rows, ["FIELD", "TYPE", "MEANING"]))
     return 0

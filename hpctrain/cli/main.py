@@ -75,11 +75,12 @@ def main(argv: list[str] | None = None) -> int:
 def one_line(err: Exception, debug: bool) -> str:
     """The message of a known failure, or the type and message of an unexpected one."""
     from hpctrain.errors import HpctrainError
+    from hpctrain.errors import one_line as escape_controls
 
     if isinstance(err, HpctrainError):
-        return str(err)
+        return escape_controls(str(err))
     if isinstance(err, OSError):
-        return f"{err.strerror or err}: {err.filename or ''}".rstrip(": ")
+        return escape_controls(f"{err.strerror or err}: {err.filename or ''}".rstrip(": "))
     message = " ".join(str(err).split())[:300]
     hint = "" if debug else " (set HPCTRAIN_DEBUG=1 for the traceback)"
     return f"unexpected {type(err).__name__}: {message}{hint}"

@@ -1,28 +1,25 @@
-"""The parts of the pyslurm backend that need no pyslurm: version matching and #SBATCH translation."""
+"""The parts of the pyslurm backend that need no pyslurm: version matching and batch-option translation."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from hpctrain import spec
 from hpctrain.backends import pyslurm_backend as pb
 from hpctrain.backends.base import BackendError, JobState
+from hpctrain.render import Directive, batch_options
+from tests.conftest import JOBS, SITES
 
-SCRIPT = """#!/bin/bash
-#SBATCH --job-name=demo
-#SBATCH --output=/runs/r1/logs/batch.log
-#SBATCH --time=1-00:30:00
-#SBATCH --signal=B:USR1@90
-#SBATCH --requeue
-#SBATCH -N 2 --ntasks-per-node=4   # two options on one line, then a comment
-#SBATCH --partition gpu
-#SBATCH --gres=gpu:h100:8
-#SBATCH --mem=16G
-#SBATCH --exclusive
-echo start
-#SBATCH --this-is-not-read-anymore
-"""
+D = Directive
+OPTIONS = [
+    [D("job-name", "demo"), D("output", "/runs/r1/logs/batch.log"), D("time", "1-00:30:00"),
+     D("signal", "B:USR1@90"), D("requeue"), D("nodes", "2"), D("ntasks-per-node", "4"),
+     D("partition", "gpu"), D("gres", "gpu:h100:8"), D("mem", "16G"), D("exclusive"),
+     D("exclude", "n3,n4"), D("comment", "two words")],
+]  # fmt: skip
 
 
 def test_versions_compare_by_slurm_release() -> None:
@@ -51,9 +48,9 @@ def test_available_needs_the_new_api_and_the_same_release(
     assert expected in reason
 
 
-def test_directives_translate_as_sbatch_reads_them() -> None:
+def test_options_translate_to_description_attributes() -> None:
     description = SimpleNamespace()
-    pb.apply_directives(description, SCRIPT)
+    pb.apply_options(description, OPTIONS)
     assert vars(description) == {
         "name": "demo",
         "standard_output": "/runs/r1/logs/batch.log",
@@ -66,27 +63,49 @@ def test_directives_translate_as_sbatch_reads_them() -> None:
         "gres_per_node": "gpu:h100:8",
         "memory_per_node": 16 * 1024,
         "resource_sharing": "no",
+        "excluded_nodes": "n3,n4",
+        "comment": "two words",
     }
 
 
+def test_every_option_render_produces_translates(tmp_path: Path) -> None:
+    job = spec.load_job(
+        JOBS / "digits-ddp.yaml",
+        ["resources.account=a", "resources.qos=q", "array=0-3", "dependency=afterok:1", "begin=now+1hour",
+         "comment=hi there", "mail_type=[END,FAIL]", "mail_user=me@example.org", "resources.exclusive=true",
+         "resources.exclude=[node2]", "resources.nodelist=[node1]", "resources.nodes=1"],
+    )  # fmt: skip
+    batch = batch_options(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path)
+    assert pb.unsupported_options(batch) == []
+    description = SimpleNamespace()
+    pb.apply_options(description, batch)
+    assert description.mail_types == "END,FAIL" and description.required_nodes == "node1"
+    assert description.time_limit == 15
+
+
 @pytest.mark.parametrize(
-    ("line", "named"),
+    ("batch", "named"),
     [
-        ("#SBATCH hetjob", "hetjob"),
-        ("#SBATCH --export=ALL,FOO=1", "--export=ALL,FOO=1"),
-        ("#SBATCH --hint=nomultithread", "--hint=nomultithread"),
+        ([[D("job-name", "x")], [D("nodes", "1")]], "hetjob"),
+        ([[D("job-name", "x"), D("export", "ALL,FOO=1")]], "--export"),
+        ([[D("job-name", "x"), D("hint", "nomultithread")]], "--hint"),
     ],
 )
-def test_untranslatable_directives_are_refused_not_dropped(line: str, named: str) -> None:
-    text = f"#!/bin/bash\n#SBATCH --job-name=x\n{line}\ntrue\n"
-    assert any(named in problem for problem in pb.unsupported_directives(text))
+def test_untranslatable_options_are_refused_not_dropped(batch: list[list[Directive]], named: str) -> None:
+    assert any(named in problem for problem in pb.unsupported_options(batch))
     with pytest.raises(BackendError, match="command-line backend"):
-        pb.apply_directives(SimpleNamespace(), text)
+        pb.apply_options(SimpleNamespace(), batch)
 
 
-def test_bad_values_name_the_directive() -> None:
+def test_bad_values_name_the_option() -> None:
     with pytest.raises(BackendError, match="--signal"):
-        pb.apply_directives(SimpleNamespace(), "#!/bin/bash\n#SBATCH --signal=B:NOPE@10\n")
+        pb.apply_options(SimpleNamespace(), [[D("signal", "B:NOPE@10")]])
+
+
+def test_submit_without_options_is_refused(tmp_path: Path) -> None:
+    backend = pb.PyslurmBackend(SimpleNamespace())  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="command-line backend"):
+        backend.submit(tmp_path / "job.sh", tmp_path)
 
 
 def job(job_id: int, state: str, **extra: object) -> SimpleNamespace:
