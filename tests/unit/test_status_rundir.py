@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpctrain.rundir import FailureReport, Result, RunDir, WorkerStats, metric_line
+from hpctrain.watch import MAX_RANGE, task_ranks
 from tests.conftest import run_cli
 from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
@@ -173,3 +176,11 @@ def test_a_few_real_processes_never_traceback(home: Path) -> None:
     for args in (["status"], ["status", "--json"], ["status", "510"], ["list"], ["logs", "510"]):
         proc = run_cli(*args, env={"HPCTRAIN_HOME": str(home)}, timeout=30)
         assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+@given(st.from_regex(r"[0-9,\-]{0,80}", fullmatch=True))
+def test_task_ranks_never_raises_and_stays_small(text: str) -> None:
+    """srun's task list, whatever digits, dashes and commas it holds: no ValueError, no huge list."""
+    ranks = task_ranks(text)
+    assert len(ranks) <= (text.count(",") + 1) * MAX_RANGE
+    assert all(rank for rank in ranks)
