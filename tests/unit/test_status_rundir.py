@@ -86,6 +86,15 @@ def test_huge_task_range_is_summarised_not_expanded(home: Path) -> None:
     assert "rank 1-2-3 on n2 failed: Bad" in outcome.stdout
 
 
+def test_a_thousand_dead_ranks_are_counted_not_all_printed(home: Path) -> None:
+    odd = track(home, "511", "NODE_FAIL")
+    odd.batch_log.write_text("srun: error: n1: tasks 0-999: Killed\n")
+    outcome = status("511")
+    assert outcome.stdout.count("failed: Killed") == 8
+    assert "and 992 more failed tasks" in outcome.stdout
+    assert len(json.loads(status("511", "--json").stdout)[0]["failed_tasks"]) == 1000
+
+
 def test_metrics_ending_in_40_mb_without_newline_is_fast(home: Path) -> None:
     odd = track(home, "504", "FAILED")
     with open(odd.metrics, "wb") as handle:
