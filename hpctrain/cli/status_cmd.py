@@ -17,6 +17,8 @@ if TYPE_CHECKING:
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
+# Failed ranks shown with their log tails; the rest are counted (a thousand dead ranks say no more).
+SHOWN_FAILURES = 8
 
 
 class NotTracked(HpctrainError):
@@ -276,15 +278,19 @@ def _show_run(
     if failing:
         tasks = failed_tasks(root)
         reported = {str(f.rank): f for f in prog.failures}
-        for task in tasks:
+        for task in tasks[:SHOWN_FAILURES]:
             report = reported.get(task.rank)
             cause = report.error if report else task.error
-            print(f"  {label}: rank {task.rank} on {task.node} failed: {_printable(cause)}")
+            print(f"  {label}: rank {task.rank} on {_printable(task.node)} failed: {_printable(cause)}")
             if task.rank.isdigit():
                 for line in tail_lines(root.rank_log(task.rank), 5):
                     print(f"    | {_printable(line)}")
+        if len(tasks) > SHOWN_FAILURES:
+            print(
+                f"  {label}: and {len(tasks) - SHOWN_FAILURES} more failed tasks (status --json lists them)"
+            )
         shown = {t.rank for t in tasks}
-        for rank, failure in reported.items():
+        for rank, failure in list(reported.items())[:SHOWN_FAILURES]:
             if rank not in shown:
                 where = failure.hostname or "?"
                 print(f"  {label}: rank {rank} on {_printable(where)} failed: {_printable(failure.error)}")

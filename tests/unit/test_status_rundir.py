@@ -6,8 +6,11 @@ import json
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from hpctrain.rundir import FailureReport, Result, RunDir, WorkerStats, metric_line
+from hpctrain.watch import MAX_RANGE, task_ranks
 from tests.conftest import run_cli
 from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
@@ -81,6 +84,15 @@ def test_huge_task_range_is_summarised_not_expanded(home: Path) -> None:
     outcome = status("503")
     assert "rank 0-99999999999 on n1 failed: Killed" in outcome.stdout
     assert "rank 1-2-3 on n2 failed: Bad" in outcome.stdout
+
+
+def test_a_thousand_dead_ranks_are_counted_not_all_printed(home: Path) -> None:
+    odd = track(home, "511", "NODE_FAIL")
+    odd.batch_log.write_text("srun: error: n1: tasks 0-999: Killed\n")
+    outcome = status("511")
+    assert outcome.stdout.count("failed: Killed") == 8
+    assert "and 992 more failed tasks" in outcome.stdout
+    assert len(json.loads(status("511", "--json").stdout)[0]["failed_tasks"]) == 1000
 
 
 def test_metrics_ending_in_40_mb_without_newline_is_fast(home: Path) -> None:
@@ -173,3 +185,11 @@ def test_a_few_real_processes_never_traceback(home: Path) -> None:
     for args in (["status"], ["status", "--json"], ["status", "510"], ["list"], ["logs", "510"]):
         proc = run_cli(*args, env={"HPCTRAIN_HOME": str(home)}, timeout=30)
         assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+@given(st.from_regex(r"[0-9,\-]{0,80}", fullmatch=True))
+def test_task_ranks_never_raises_and_stays_small(text: str) -> None:
+    """srun's task list, whatever digits, dashes and commas it holds: no ValueError, no huge list."""
+    ranks = task_ranks(text)
+    assert len(ranks) <= (text.count(",") + 1) * MAX_RANGE
+    assert all(rank for rank in ranks)
