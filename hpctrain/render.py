@@ -11,6 +11,7 @@ from typing import Any
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
+from hpctrain.rundir import template_files
 from hpctrain.spec import Resolved, memory_mb, time_minutes
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -123,6 +124,7 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "ps_mem_mb": ps_mem_mb,
         "array": job.array,
         "dependency": job.dependency,
+        "files": template_files(),
     }
 
 
