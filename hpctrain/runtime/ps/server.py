@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from hpctrain.rundir import RunDir
-from hpctrain.runtime.metrics import Metrics
+from hpctrain.runtime.metrics import Metrics, write_result
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import lr_factor, make_optimizer
 from hpctrain.spec import Resolved
@@ -330,7 +330,8 @@ class Server:
         if self.version < self.train.steps:
             return  # serve() reports the failure
         times = (time.time() - self.created, train_time)
-        RunDir(self.run_dir).write_result(
+        write_result(
+            self.run_dir,
             stats.result(
                 self.train,
                 self.ps,

@@ -91,7 +91,6 @@ class WorkerWindow:
             samples_per_s=self.steps * batch / max(1e-9, time.time() - self.start),
             compute_s=self.compute / steps,
             wait_s=self.wait / steps,
-            time=round(time.time(), 3),
         )
 
 

@@ -17,8 +17,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpctrain.rundir import RunDir, append_line
 from hpctrain.runtime import data
+from hpctrain.runtime.metrics import Metrics
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import evaluation_result, evaluation_sums
 from hpctrain.spec import Resolved
@@ -38,8 +38,7 @@ class ServerLost(RuntimeError):
 class Worker:
     def __init__(self, lay: Roles, resolved: Resolved, task: Task, run_dir: Path, hosts: list[str]) -> None:
         self.lay, self.hosts, self.task = lay, hosts, task
-        self.lines = RunDir(run_dir).worker_metrics(lay.index)
-        self.lines.parent.mkdir(parents=True, exist_ok=True)
+        self.lines = Metrics(run_dir, lay.rank, worker=lay.index)  # this worker's own file
         self.train = resolved.job.train
         ps = resolved.parallel.ps
         assert ps is not None
@@ -188,9 +187,7 @@ class Worker:
             if not stop:
                 self._maybe_eval()
             if window.steps == self.train.log_every or stop:
-                append_line(
-                    self.lines, window.line(self.lay.index, clock, self.versions[0], len(self.targets))
-                )
+                self.lines.write(window.line(self.lay.index, clock, self.versions[0], len(self.targets)))
                 window = WorkerWindow()
         self._send_headers([Header(kind=BYE)] * self.lay.servers)
         self._flush(self.answer_timeout)
