@@ -14,6 +14,7 @@ import msgspec
 from hpctrain.backends.base import JobState
 from hpctrain.errors import HpctrainError
 from hpctrain.index_lines import Added, Changed, Decoded, decode, encode_lines, tail_lines, write_all
+from hpctrain.rundir import RunDir
 
 # Records that never reached the scheduler carry this state instead of a JobState.
 SUBMIT_FAILED = "SUBMIT_FAILED"
@@ -193,7 +194,7 @@ class Index:
             run_id = f"{stamp}-{name}-{os.urandom(3).hex()}"
             run_dir = self.root / "runs" / run_id
             try:
-                (run_dir / "logs").mkdir(parents=True, exist_ok=False)
+                RunDir(run_dir).logs.mkdir(parents=True, exist_ok=False)
             except FileExistsError:
                 continue
             return run_id, run_dir
@@ -381,6 +382,6 @@ def write_record(run: Run) -> None:
     fields = {**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)}
     data = msgspec.json.format(msgspec.json.encode(fields), indent=2) + b"\n"
     try:
-        _replace(run.run_dir / "record.json", data, durable=False)
+        _replace(RunDir(run.run_dir).record, data, durable=False)
     except OSError:
         pass  # the index is the source of truth; a vanished run dir must not break status

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import time
@@ -16,6 +15,7 @@ from hpctrain.backends import select_backend
 from hpctrain.backends.base import Backend, BackendError, JobState
 from hpctrain.records import SUBMIT_FAILED, Index, Run
 from hpctrain.render import batch_options, render, slurm_directive_path
+from hpctrain.rundir import RunDir, SubmitInfo, write_json
 
 REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
 
@@ -87,7 +87,7 @@ def submit(
         state=JobState.PENDING.value,
         state_at=now,
     )
-    script_path = run_dir / "job.sbatch"
+    script_path = RunDir(run_dir).script
     try:
         _write_run_dir(resolved, run_dir, script_path, backend, job_path, site, overrides)
     except BaseException as err:
@@ -115,16 +115,17 @@ def _write_run_dir(
     overrides: list[str] | None,
 ) -> None:
     script = render(resolved, run_dir, template=backend.template)
-    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
+    paths = RunDir(run_dir)
+    paths.spec.write_bytes(spec.dumps(resolved))
     script_path.write_text(script)
-    submitted_with = {
-        "job": str(Path(job_path).resolve()),
-        "site": site,
-        "overrides": overrides or [],
-        "backend": backend.name,
-        "cwd": str(Path.cwd()),
-    }
-    (run_dir / "submit.json").write_text(json.dumps(submitted_with, indent=2) + "\n")
+    submitted_with = SubmitInfo(
+        job=str(Path(job_path).resolve()),
+        site=site,
+        overrides=overrides or [],
+        backend=backend.name,
+        cwd=str(Path.cwd()),
+    )
+    write_json(paths.submit_info, submitted_with)
 
 
 def _reason(err: BaseException) -> str:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from hpctrain import spec
 from hpctrain.errors import HpctrainError
+from hpctrain.rundir import RunDir
 from hpctrain.runtime import bootstrap, logs, mesh, signals
 
 log = logging.getLogger("hpctrain.runtime")
@@ -50,7 +51,7 @@ def main() -> int:
     run_dir = run_dir_from_env()
     if sys.argv[1:] == ["--check-result"]:
         return 0 if finished(run_dir) else 1
-    resolved = spec.loads((run_dir / "spec.json").read_bytes())
+    resolved = spec.loads(RunDir(run_dir).spec.read_bytes())
     # Before the slow torch import: the default action of SIGUSR1 is to terminate.
     signalled = signals.install(resolved.preemption.signal)
     info = bootstrap.discover()
