@@ -56,11 +56,8 @@ RESERVED_ENV = frozenset(
 )  # fmt: skip
 
 
-# HPCTRAIN_ names that are runtime settings for a job to choose, not values hpctrain hands the job:
-# the log level and the parameter-server fault-injection switches the fault tests use.
-JOB_SETTABLE_HPCTRAIN_ENV = frozenset(
-    {"HPCTRAIN_LOG_LEVEL", "HPCTRAIN_PS_CRASH", "HPCTRAIN_PS_DELAY", "HPCTRAIN_PS_SLOW"}
-)
+# HPCTRAIN_ names that are runtime settings for a job to choose, not values hpctrain hands the job.
+JOB_SETTABLE_HPCTRAIN_ENV = frozenset({"HPCTRAIN_LOG_LEVEL"})
 
 
 def env_name_problem(name: object) -> str | None:
