@@ -11,9 +11,10 @@ from typing import Any
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
+from hpctrain.resources import data_folder
 from hpctrain.spec import Resolved, memory_mb, time_minutes
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = data_folder("templates")
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@%=:\-]+$")
 
 

@@ -294,6 +294,13 @@ class JobSpec(Base):
         Preemption | None,
         Meta(description="Signal before the time limit, and requeue; site default if unset."),
     ] = None
+    preflight: Annotated[
+        bool | None,
+        Meta(
+            description="Check nodes and an all-reduce before training; a bad node is excluded and the "
+            "job requeued. Default: on for multi-node GPU jobs."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         for key in self.env:
@@ -333,6 +340,10 @@ class Network(Base):
     ] = {}
     ucx_env: Annotated[dict[str, EnvValue], Meta(description="UCX settings for MPI over InfiniBand.")] = {}
     gloo_socket_ifname: Annotated[str | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
+    expected_busbw_gbps: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        Meta(description="All-reduce bus bandwidth (GB/s) across nodes that doctor expects."),
+    ] = None
 
     def __post_init__(self) -> None:
         for key in (*self.nccl_env, *self.ucx_env):

@@ -3,27 +3,22 @@
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
 import msgspec
 
-from hpctrain import spec
+from hpctrain import sites, spec
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import BackendError, JobState
 from hpctrain.records import SUBMIT_FAILED, Index, Run
 from hpctrain.render import render, slurm_directive_path
-
-REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
+from hpctrain.resources import job_file
 
 
 def site_search_path() -> list[Path]:
-    """Where `--site NAME` is looked up: ./site-configs, $HPCTRAIN_SITES, the checkout's site-configs."""
-    folders = [Path.cwd() / "site-configs"]
-    folders += [Path(p) for p in os.environ.get("HPCTRAIN_SITES", "").split(os.pathsep) if p]
-    folders.append(REPO_SITES)
-    return folders
+    """Where `--site NAME` is looked up: the folders of hpctrain.sites.search_path, in order."""
+    return [folder for _, folder in sites.search_path()]
 
 
 class Request(msgspec.Struct):
@@ -43,7 +38,7 @@ def prepare(
 
 
 def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
-    job = spec.load_job(job_path, overrides)
+    job = spec.load_job(job_file(job_path), overrides)
     site_profile = spec.load_site(site, site_search_path())
     return spec.resolve(job, site_profile, str(job_path), str(site))
 

@@ -1,0 +1,242 @@
+"""Preflight: every rank checks its node (GPUs, IB ports, versions) and times all-reduces; rank 0 names bad nodes.
+
+Run as a job's first step (`srun python -m hpctrain.runtime.preflight`, see templates/partials/launch.j2)
+and by `hpctrain doctor`. Rank 0 writes `preflight.json` in the run directory and, when nodes fail,
+`preflight-exclude` (a Slurm node list) and exits 3, so the batch script can requeue the job
+without them.
+
+Two bandwidth figures are measured: the bus bandwidth of an all-reduce over every rank (compared
+with the site's `network.expected_busbw_gbps` by doctor), and a per-node figure from an all-reduce
+inside each node's own group (all groups at once), which must be within `--tolerance` of the
+median node. With one rank per node that per-node figure times the node's own side of the loop.
+
+Test hook: `HPCTRAIN_PREFLIGHT_DELAY=NODE:SECONDS` makes the ranks on NODE sleep before each timed
+all-reduce, which simulates a slow node (tests/integration/test_doctor.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hpctrain import __version__
+from hpctrain.runtime import bootstrap
+
+EXIT_BAD_NODES = 3
+PORT_OFFSET = 20000  # the training step uses MASTER_PORT; preflight stays clear of it
+
+
+@dataclass
+class NodeFacts:
+    """What one rank saw on its node; `problems` FAIL the node, `warnings` only report."""
+
+    node: str
+    rank: int
+    local_rank: int
+    python: str
+    hpctrain: str
+    gpus_asked: int
+    gpus_seen: int
+    gpu_source: str
+    ib_ports: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    node_busbw_gbps: float = 0.0
+    global_busbw_gbps: float = 0.0
+
+
+def gpus_asked(env: dict[str, str]) -> int:
+    """GPUs Slurm gave this task's node: SLURM_GPUS_ON_NODE, else the ids in SLURM_JOB_GPUS."""
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        return int(env["SLURM_GPUS_ON_NODE"])
+    ids = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or ""
+    return len([i for i in ids.split(",") if i.strip()])
+
+
+def gres_files(node: str) -> list[str]:
+    """The device files slurmd's gres.conf gives this node (fake GPUs are plain files there)."""
+    try:
+        proc = subprocess.run(
+            ["slurmd", "-G", "-N", node], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    from hpctrain.slurm_facts import expand_hostlist
+
+    files: list[str] = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if " Name=gpu " in f" {line} " or "Name=gpu " in line:
+            for word in line.split():
+                if word.startswith("File=") and word != "File=(null)":
+                    files += expand_hostlist(word.removeprefix("File="))
+    return files
+
+
+def count_gpus(node: str) -> tuple[int, str]:
+    """(GPUs this node shows, how it was seen): CUDA, /dev/nvidia*, else the gres device files."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count(), "torch.cuda"
+    devices = [p for p in glob.glob("/dev/nvidia[0-9]*") if p[len("/dev/nvidia") :].isdigit()]
+    if devices:
+        return len(devices), "/dev/nvidia* (CUDA unavailable)"
+    files = [p for p in gres_files(node) if os.path.exists(p)]
+    return len(files), "gres.conf device files (no CUDA: fake or CPU-only)"
+
+
+def ib_ports() -> list[str]:
+    """`mlx5_0/1: ACTIVE` for every InfiniBand/RoCE port the kernel shows."""
+    ports = []
+    for state in sorted(glob.glob("/sys/class/infiniband/*/ports/*/state")):
+        parts = Path(state).parts
+        text = Path(state).read_text(encoding="utf-8").strip()
+        ports.append(f"{parts[-4]}/{parts[-2]}: {text.split(':')[-1].strip()}")
+    return ports
+
+
+def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
+    asked = gpus_asked(env)
+    seen, source = count_gpus(info.hostname) if asked else (0, "no GPUs asked")
+    facts = NodeFacts(
+        node=info.hostname,
+        rank=info.rank,
+        local_rank=info.local_rank,
+        python=sys.version.split()[0],
+        hpctrain=__version__,
+        gpus_asked=asked,
+        gpus_seen=seen,
+        gpu_source=source,
+        ib_ports=ib_ports(),
+    )
+    if asked and seen < asked:
+        facts.problems.append(f"{asked} GPUs allocated, {seen} visible ({source})")
+    elif asked and source.startswith("gres.conf"):
+        facts.warnings.append(f"{seen} GPU device files, no CUDA device: fake GPUs or a driver problem")
+    down = [p for p in facts.ib_ports if not p.endswith("ACTIVE")]
+    if down:
+        facts.problems.append(f"IB ports not active: {', '.join(down)}")
+    return facts
+
+
+def busbw_gbps(nbytes: int, ranks: int, seconds: float) -> float:
+    """nccl-tests' all-reduce bus bandwidth: bytes x 2(n-1)/n per second; one rank counts as n=2."""
+    factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    return nbytes * factor / max(seconds, 1e-9) / 1e9
+
+
+def timed_allreduce(tensor: object, group: object, ranks: int, iterations: int, delay: float) -> float:
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor, group=group)  # warm-up: connections are made here
+    elapsed = 0.0
+    for _ in range(iterations):
+        start = time.perf_counter()
+        if delay:
+            time.sleep(delay)
+        dist.all_reduce(tensor, group=group)
+        elapsed += time.perf_counter() - start
+    nbytes = tensor.numel() * tensor.element_size()  # type: ignore[attr-defined]
+    return busbw_gbps(nbytes, ranks, elapsed / iterations)
+
+
+def injected_delay(node: str, env: dict[str, str]) -> float:
+    target, _, seconds = env.get("HPCTRAIN_PREFLIGHT_DELAY", "").partition(":")
+    return float(seconds) if target == node and seconds else 0.0
+
+
+def judge(facts: list[NodeFacts], tolerance: float) -> dict[str, list[str]]:
+    """Problems by node: each rank's own, plus a per-node bandwidth below (1 - tolerance) x median."""
+    by_node: dict[str, list[str]] = {}
+    for item in facts:
+        by_node.setdefault(item.node, []).extend(
+            p for p in item.problems if p not in by_node.get(item.node, [])
+        )
+    node_bw = {n: min(f.node_busbw_gbps for f in facts if f.node == n) for n in by_node}
+    if len(node_bw) > 1:
+        median = statistics.median(node_bw.values())
+        for node, value in node_bw.items():
+            if value < (1 - tolerance) * median:
+                by_node[node].append(
+                    f"node all-reduce {value:.3f} GB/s, {100 * (1 - value / median):.0f}% under the "
+                    f"median {median:.3f} GB/s"
+                )
+    return by_node
+
+
+def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    env = dict(os.environ)
+    info = bootstrap.discover(env)
+    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or info.master_port + PORT_OFFSET)
+    info = bootstrap.DistInfo(**{**asdict(info), "master_port": port})
+    started = time.perf_counter()
+    facts = check_node(info, env)
+    backend = "nccl" if facts.gpus_seen and torch.cuda.is_available() else "gloo"
+    bootstrap.init_process_group(info, backend, timeout_s=60)
+    device = torch.device("cuda", info.local_rank % torch.cuda.device_count()) if backend == "nccl" else None
+    tensor = torch.ones(max(1, int(size_mb * 2**20 / 4)), dtype=torch.float32, device=device)
+    delay = injected_delay(info.hostname, env)
+    names: list[str | None] = [None] * info.world_size
+    dist.all_gather_object(names, info.hostname)
+    nodes = list(dict.fromkeys(names))
+    groups = {n: dist.new_group([r for r, name in enumerate(names) if name == n]) for n in nodes}
+    mine = [r for r, name in enumerate(names) if name == info.hostname]
+    facts.node_busbw_gbps = timed_allreduce(tensor, groups[info.hostname], len(mine), iterations, delay)
+    facts.global_busbw_gbps = timed_allreduce(tensor, None, info.world_size, iterations, delay)
+    gathered: list[NodeFacts | None] = [None] * info.world_size
+    dist.all_gather_object(gathered, facts)
+    dist.destroy_process_group()
+    if info.rank != 0:
+        return 0
+    everyone = [f for f in gathered if f is not None]
+    by_node = judge(everyone, tolerance)
+    bad = [node for node, problems in by_node.items() if problems]
+    summary = {
+        "seconds": round(time.perf_counter() - started, 3),
+        "backend": backend,
+        "ranks": info.world_size,
+        "size_mb": size_mb,
+        "busbw_gbps": min(f.global_busbw_gbps for f in everyone),
+        "nodes": {n: {"problems": p} for n, p in by_node.items()},
+        "bad_nodes": bad,
+        "facts": [asdict(f) for f in everyone],
+    }
+    for node in nodes:
+        status = "FAIL" if by_node[node] else "PASS"
+        print(f"hpctrain preflight: {node}: {status} {'; '.join(by_node[node])}".rstrip())
+    print(f"hpctrain preflight: all-reduce {summary['busbw_gbps']:.3f} GB/s over {info.world_size} ranks")
+    if report is not None:
+        report.write_text(json.dumps(summary, indent=2) + "\n")
+        exclude = report.parent / "preflight-exclude"
+        if bad:
+            exclude.write_text(",".join(bad) + "\n")
+        else:
+            exclude.unlink(missing_ok=True)
+    return EXIT_BAD_NODES if bad else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpctrain.runtime.preflight", description=__doc__)
+    parser.add_argument("--size-mb", type=float, default=4.0, help="All-reduce message size.")
+    parser.add_argument("--iterations", type=int, default=5, help="Timed all-reduces per measurement.")
+    parser.add_argument("--tolerance", type=float, default=0.5, help="Allowed fraction under the median.")
+    parser.add_argument("--report", type=Path, default=None, help="preflight.json (default: run dir).")
+    args = parser.parse_args(argv)
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    report = args.report or (Path(run_dir) / "preflight.json" if run_dir else None)
+    return run(args.size_mb, args.iterations, args.tolerance, report)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
