@@ -124,6 +124,9 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "ps_mem_mb": ps_mem_mb,
         "array": job.array,
         "dependency": job.dependency,
+        # Preflight defaults to on where a bad node costs most: multi-node GPU jobs (not PS hetjobs).
+        "preflight": not heterogeneous
+        and (job.preflight if job.preflight is not None else res.nodes > 1 and gpus > 0),
     }
 
 

@@ -1,4 +1,4 @@
-"""Build a site profile from ClusterFacts (and a probe of one compute node's network): what init-site writes."""
+"""Build a site profile from ClusterFacts and a probe of one compute node's network (init-site)."""
 
 from __future__ import annotations
 
@@ -84,7 +84,8 @@ def network_profile(facts: ClusterFacts, probe: list[str] | None) -> tuple[dict[
         hcas = ",".join(f"{p[0]}:{p[1]}" for p in active)
         network: dict[str, Any] = {"interconnect": "roce" if roce else "infiniband"}
         notes += [
-            f"Probe saw {len(ports)} {'RoCE' if roce else 'InfiniBand'} port(s), {len(active)} active: {hcas}.",
+            f"Probe saw {len(ports)} {'RoCE' if roce else 'InfiniBand'} port(s), "
+            f"{len(active)} active: {hcas}.",
             "Suggested NCCL settings (review, then move them into nccl_env):",
             f'  NCCL_IB_HCA: "={hcas}"   # leave out storage-only HCAs',
             "  NCCL_NET_GDR_LEVEL: PHB   # GPUDirect RDMA: needs nvidia_peermem loaded on the nodes",
@@ -129,9 +130,11 @@ def build_site(name: str, facts: ClusterFacts, probe: list[str] | None) -> tuple
     version = facts.config.get("SLURM_VERSION", "?")
     notes = [
         f"Slurm {version}; MaxArraySize {facts.config.get('MaxArraySize', '?')}; "
-        f"srun --mpi plugins: {', '.join(facts.mpi_plugins) or 'unknown'} (MpiDefault {facts.config.get('MpiDefault', '?')}).",
+        f"srun --mpi plugins: {', '.join(facts.mpi_plugins) or 'unknown'} "
+        f"(MpiDefault {facts.config.get('MpiDefault', '?')}).",
         (
-            f"Accounts you can charge: {', '.join(facts.accounts) or 'none'}; QOS: {', '.join(facts.qos) or 'none'}."
+            f"Accounts you can charge: {', '.join(facts.accounts) or 'none'}; "
+            f"QOS: {', '.join(facts.qos) or 'none'}."
             if facts.accounting
             else "No accounting (slurmdbd): sacct, accounts and QOS are not available."
         ),

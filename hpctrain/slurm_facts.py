@@ -1,4 +1,4 @@
-"""What the live cluster says about itself: parsers of scontrol/srun/sacctmgr output and the calls behind them.
+"""What the live cluster says about itself: parsers of scontrol/srun/sacctmgr output, and the calls.
 
 The parsers are pure functions of text (tested with hypothesis: any text gives a value or a
 SlurmParseError, never another exception); `ClusterFacts.read()` runs the commands once each.
@@ -94,13 +94,13 @@ def parse_gres(text: str, name: str = "gpu") -> tuple[int, str | None]:
 
 
 def parse_mpi_list(text: str) -> list[str]:
-    """Plugin names from `srun --mpi=list` (22.05: one per line after a header; 24.x: `MPI plugin types are...`)."""
+    """Plugin names from `srun --mpi=list`: indented (or bare) lowercase words after a header line."""
     plugins = []
     for line in text.splitlines():
         word = line.strip().split(" ")[0]
-        if line.startswith(("\t", " ")) or re.fullmatch(r"[a-z0-9_]+", line.strip()):
-            if word and re.fullmatch(r"[a-z0-9_]+", word):
-                plugins.append(word)
+        indented = line.startswith(("\t", " ")) or re.fullmatch(r"[a-z0-9_]+", line.strip())
+        if indented and word and re.fullmatch(r"[a-z0-9_]+", word):
+            plugins.append(word)
     return plugins
 
 

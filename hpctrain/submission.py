@@ -11,6 +11,7 @@ import msgspec
 from hpctrain import sites, spec
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import BackendError, JobState
+from hpctrain.entry_check import check_job
 from hpctrain.records import SUBMIT_FAILED, Index, Run
 from hpctrain.render import render, slurm_directive_path
 from hpctrain.resources import job_file
@@ -29,18 +30,27 @@ class Request(msgspec.Struct):
 
 
 def prepare(
-    job_path: str | Path, site: str, overrides: list[str] | None = None, backend_name: str | None = None
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None = None,
+    backend_name: str | None = None,
+    check: bool = True,
 ) -> Request:
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
-    resolved = load_and_resolve(job_path, site, overrides)
+    resolved = load_and_resolve(job_path, site, overrides, check)
     # A dry run has no run directory yet: the script shows where it would be.
     return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template_for(backend_name)))
 
 
-def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
+def load_and_resolve(
+    job_path: str | Path, site: str, overrides: list[str] | None, check: bool = True
+) -> spec.Resolved:
     job = spec.load_job(job_file(job_path), overrides)
     site_profile = spec.load_site(site, site_search_path())
-    return spec.resolve(job, site_profile, str(job_path), str(site))
+    resolved = spec.resolve(job, site_profile, str(job_path), str(site))
+    if check:
+        check_job(resolved, str(job_path))
+    return resolved
 
 
 def template_for(backend_name: str | None) -> str:
@@ -58,12 +68,13 @@ def submit(
     overrides: list[str] | None = None,
     backend_name: str | None = None,
     index: Index | None = None,
+    check: bool = True,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
     index = index or Index()
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
-    resolved = load_and_resolve(job_path, site, overrides)
+    resolved = load_and_resolve(job_path, site, overrides, check)
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(resolved.job.name)
     script = render(resolved, run_dir, template=template_for(backend.name))

@@ -32,7 +32,8 @@ __OPTIONS__
     case "$verb" in
         submit | render)
             words="$(hpctrain completion --words jobs 2>/dev/null)"
-            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur"; compgen -f -X '!*.y*ml' -- "$cur"; compgen -d -S / -- "$cur") ;;
+            mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur"
+                compgen -f -X '!*.y*ml' -- "$cur"; compgen -d -S / -- "$cur") ;;
         status | logs | cancel)
             words="$(hpctrain completion --words ids 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur") ;;
@@ -90,7 +91,8 @@ def script(shell: str) -> str:
             if action.option_strings and action.choices and action.option_strings[0] != "--words":
                 pattern = " | ".join(action.option_strings)
                 values = " ".join(str(c) for c in action.choices)
-                line = f'        {pattern}) mapfile -t COMPREPLY < <(compgen -W "{values}" -- "$cur"); return 0 ;;'
+                reply = f'mapfile -t COMPREPLY < <(compgen -W "{values}" -- "$cur"); return 0'
+                line = f"        {pattern}) {reply} ;;"
                 if line not in choices:
                     choices.append(line)
     text = (

@@ -19,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpctrain.submission import submit
 
-    done = submit(args.job, args.site, args.overrides, args.backend)
+    done = submit(args.job, args.site, args.overrides, args.backend, check=args.check)
     run_ = done.run
     if done.error:
         print(f"hpctrain: error: {done.error}", file=sys.stderr)
