@@ -137,8 +137,9 @@ def accounting_findings(facts: ClusterFacts) -> list[Finding]:
     return found
 
 
-def preflight_script(site: Site, partition: str, nodes: list[str], folder: Path, tolerance: float) -> str:
-    part = site.partitions[partition]
+def preflight_script(
+    site: Site, partition: str, nodes: list[str], gpus: int, folder: Path, tolerance: float
+) -> str:
     lines = [
         "#!/bin/bash",
         "#SBATCH --job-name=hpctrain-doctor",
@@ -149,8 +150,9 @@ def preflight_script(site: Site, partition: str, nodes: list[str], folder: Path,
         "#SBATCH --ntasks-per-node=1",
         "#SBATCH --time=5",
     ]
-    if part.gpus_per_node:
-        lines.append(f"#SBATCH --gres={site.gres_name}:{part.gpus_per_node}")
+    if gpus:
+        # What the nodes have, even when the profile claims more: the job must run to check them.
+        lines.append(f"#SBATCH --gres={site.gres_name}:{gpus}")
     env = dict(site.env)
     if site.network.gloo_socket_ifname:
         env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
@@ -168,17 +170,27 @@ def preflight_script(site: Site, partition: str, nodes: list[str], folder: Path,
 
 
 def run_preflight(
-    site: Site, partition: str, nodes: list[str], folder: Path, tolerance: float, timeout: float
+    site: Site,
+    facts: ClusterFacts,
+    partition: str,
+    nodes: list[str],
+    folder: Path,
+    tolerance: float,
+    timeout: float,
 ) -> dict | None:
     """Submit the preflight job, wait for it; its preflight.json, or None when it did not finish."""
+    if not nodes:
+        return None
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "doctor.sbatch"
-    script.write_text(preflight_script(site, partition, nodes, folder, tolerance))
+    part_gpus = site.partitions[partition].gpus_per_node
+    gpus = min([part_gpus, *(parse_gres(facts.nodes[n].get("Gres", ""), site.gres_name)[0] for n in nodes)])
+    script.write_text(preflight_script(site, partition, nodes, gpus, folder, tolerance))
     proc = subprocess.run(
         ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60, check=False
     )
     if proc.returncode != 0:
-        raise HpctrainError(f"sbatch refused the doctor job: {proc.stderr.strip()}")
+        raise HpctrainError(f"sbatch refused the doctor's preflight job: {proc.stderr.strip()}")
     job_id = proc.stdout.strip().split(";")[0]
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:

@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
     if not args.no_job and partition in facts.partitions:
         nodes = doctor.healthy_nodes(findings, facts.partition_nodes(partition))
         report = doctor.run_preflight(
-            site, partition, nodes, doctor.doctor_home(), args.tolerance, args.timeout
+            site, facts, partition, nodes, doctor.doctor_home(), args.tolerance, args.timeout
         )
         findings += doctor.preflight_findings(site, report, nodes, args.timeout)
     bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})

@@ -47,7 +47,10 @@ def complete(words: list[str], tmp_path: Path) -> list[str]:
     (tmp_path / "c.sh").write_text(script)
     shim = f'hpctrain() {{ {sys.executable} -m hpctrain.cli.main "$@"; }}'
     line = " ".join(f"'{w}'" for w in words)
-    program = f'{shim}; source {tmp_path}/c.sh; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; _hpctrain; printf "%s\\n" "${{COMPREPLY[@]}}"'
+    program = (
+        f"{shim}; source {tmp_path}/c.sh; COMP_WORDS=({line}); COMP_CWORD={len(words) - 1}; "
+        '_hpctrain; printf "%s\\n" "${COMPREPLY[@]}"'
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     proc = subprocess.run(
         ["bash", "-c", program], capture_output=True, text=True, timeout=60, cwd=REPO, env=env

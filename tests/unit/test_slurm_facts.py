@@ -14,7 +14,7 @@ NODE = (
     "NodeName=node1 Arch=x86_64 CoresPerSocket=1  CPUAlloc=0 CPUTot=8 Gres=gpu:h100:4(S:0-1),nvme:1 "
     "NodeAddr=10.0.0.1 OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=8000 State=IDLE Partitions=gpu"
 )
-PARTITION = "PartitionName=gpu Default=YES MaxNodes=UNLIMITED MaxTime=2-00:00:00 Nodes=node[1-2] TotalNodes=2"
+PARTITION = "PartitionName=gpu Default=YES MaxNodes=UNLIMITED MaxTime=2-00:00:00 Nodes=node[1-2]"
 MPI_LIST = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
 
 
@@ -36,7 +36,7 @@ def test_hostlists() -> None:
 
 def test_mpi_list_and_config() -> None:
     assert sf.parse_mpi_list(MPI_LIST) == ["pmix", "none", "pmi2"]
-    config = sf.parse_config("Configuration data as of now\nMaxArraySize            = 1001\nMpiDefault = none\n")
+    config = sf.parse_config("Configuration data as of now\nMaxArraySize        = 1001\nMpiDefault = none\n")
     assert config == {"MaxArraySize": "1001", "MpiDefault": "none"}
 
 
