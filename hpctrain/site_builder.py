@@ -6,7 +6,7 @@ import re
 from typing import Any
 
 from hpctrain.errors import BackendError, HpctrainError
-from hpctrain.slurm_facts import ClusterFacts, command, memory_text_mb, parse_gres, slurm_time
+from hpctrain.slurm_facts import ClusterFacts, command, is_number, memory_text_mb, parse_gres, slurm_time
 
 # The probe runs on a compute node: IB/RoCE devices, their port state and link layer, and addresses.
 PROBE = (
@@ -39,7 +39,7 @@ def partition_profile(facts: ClusterFacts, name: str, gres_name: str) -> dict[st
     max_time = slurm_time(record.get("MaxTime", ""))
     profile["max_time"] = max_time or "365-00:00:00"
     max_nodes = record.get("MaxNodes", "UNLIMITED")
-    if max_nodes.isdigit() and int(max_nodes) < len(nodes):
+    if is_number(max_nodes) and int(max_nodes) < len(nodes):
         profile["max_nodes"] = int(max_nodes)
     return profile
 

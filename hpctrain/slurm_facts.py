@@ -16,6 +16,11 @@ _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.\-]*)=")
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
 
 
+def is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '¹', which int() refuses."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
 class SlurmParseError(HpctrainError):
     """Output from a Slurm command that does not read as expected."""
 
@@ -67,7 +72,7 @@ def expand_hostlist(text: str, limit: int = 100000) -> list[str]:
         head, tail = piece[: match.start()], piece[match.end() :]
         for part in match.group(1).split(","):
             low, _, high = part.partition("-")
-            if not low.isdigit() or (high and not high.isdigit()):
+            if not is_number(low) or (high and not is_number(high)):
                 raise SlurmParseError(f"bad range {part!r} in host list {text!r}")
             last = int(high) if high else int(low)
             if last - int(low) > limit - len(names):
@@ -84,7 +89,7 @@ def parse_gres(text: str, name: str = "gpu") -> tuple[int, str | None]:
         fields = re.sub(r"\(.*?\)", "", item).strip().split(":")
         if fields[0] != name or len(fields) < 2:
             continue
-        number = re.match(r"^\d+", fields[-1])
+        number = re.match(r"^[0-9]+", fields[-1])
         if not number:
             raise SlurmParseError(f"gres {item!r} has no count")
         count += int(number.group())
@@ -116,7 +121,7 @@ def parse_config(text: str) -> dict[str, str]:
 
 def memory_text_mb(text: str) -> int:
     """RealMemory (MB, an integer) -> int; anything else is a parse error."""
-    if not text.strip().isdigit():
+    if not is_number(text.strip()):
         raise SlurmParseError(f"memory {text!r} is not a number of megabytes")
     return int(text.strip())
 

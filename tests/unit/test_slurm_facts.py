@@ -15,7 +15,7 @@ NODE = (
     "NodeAddr=10.0.0.1 OS=Linux 6.1.0 #1 SMP PREEMPT_DYNAMIC @0  RealMemory=8000 State=IDLE Partitions=gpu"
 )
 PARTITION = "PartitionName=gpu Default=YES MaxNodes=UNLIMITED MaxTime=2-00:00:00 Nodes=node[1-2]"
-MPI_LIST = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: pmix_v4\n"
+MPI_LIST = "MPI plugin types are...\n\tpmix\n\tnone\n\tpmi2\nspecific pmix plugin versions available: v4\n"
 
 
 def test_node_line_with_spaces_in_values() -> None:
