@@ -17,7 +17,7 @@ fi
 
 # Installed means: the console script exists and every test dependency imports (ruff included).
 if ! command -v hpctrain >/dev/null 2>&1 \
-    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, msgspec, yaml, jinja2" >/dev/null 2>&1 \
+    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, hypothesis, msgspec, yaml, jinja2" >/dev/null 2>&1 \
     || ! "$PYTHON" -m ruff --version >/dev/null 2>&1; then
     "$PYTHON" -m pip install -q --disable-pip-version-check "$TORCH_PIN"
     "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]" "$TORCH_PIN"
