@@ -241,6 +241,15 @@ def preflight_findings(site: Site, report: dict | None, nodes: list[str], timeou
                 f"{fact['gpus_seen']}/{fact['gpus_asked']} via {fact['gpu_source']}",
             )
         )
+        health = [p for p in fact["problems"] if p.startswith(("GPU ", "nvidia-smi"))]
+        found.append(
+            Finding(
+                node,
+                "gpu health",
+                "FAIL" if health else "PASS",
+                "; ".join(health) or "no ECC/clock problem seen",
+            )
+        )
         ib = [p for p in fact["problems"] if p.startswith("IB")]
         found.append(
             Finding(

@@ -68,6 +68,46 @@ def defines(source: str, function: str) -> bool | None:
     return False
 
 
+class _Imports(ast.NodeVisitor):
+    """Top-level names of the absolute imports a module needs: not those guarded by `try/except
+    ImportError` (optional dependencies) nor those under `if TYPE_CHECKING:`."""
+
+    GUARDS = ("ImportError", "ModuleNotFoundError", "Exception", "BaseException")
+
+    def __init__(self) -> None:
+        self.names: set[str] = set()
+
+    def visit_Try(self, node: ast.Try) -> None:
+        caught = {ast.unparse(h.type) if h.type else "BaseException" for h in node.handlers}
+        if not any(guard in name for name in caught for guard in self.GUARDS):
+            self.generic_visit(node)
+            return
+        for child in [*node.handlers, *node.orelse, *node.finalbody]:
+            self.visit(child)
+
+    def visit_If(self, node: ast.If) -> None:
+        if "TYPE_CHECKING" in ast.unparse(node.test):
+            for child in node.orelse:
+                self.visit(child)
+            return
+        self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        self.names.update(alias.name.split(".")[0] for alias in node.names)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if not node.level and node.module:
+            self.names.add(node.module.split(".")[0])
+
+
+def missing_imports(source: str, search: list[str]) -> list[str]:
+    """Modules the source imports (unguarded) that are on neither `search` nor the standard library."""
+    visitor = _Imports()
+    visitor.visit(ast.parse(source))
+    known = set(sys.stdlib_module_names) | set(sys.builtin_module_names)
+    return sorted(n for n in visitor.names if n not in known and find_module(n, search) is None)
+
+
 def check_entrypoint(entrypoint: str, origin: str, cwd: Path | None = None) -> None:
     """Refuse (SpecError) an entrypoint whose module is not on the job's path or lacks the function."""
     module, _, function = entrypoint.partition(":")
@@ -87,6 +127,13 @@ def check_entrypoint(entrypoint: str, origin: str, cwd: Path | None = None) -> N
         raise SpecError(f"{where}: cannot read {spec.origin}: {err}") from None
     if found is False:
         raise SpecError(f"{where}: {spec.origin} defines no {function} (--no-check skips this)")
+    missing = missing_imports(source, search)
+    if missing:
+        extra = "pip install 'hpctrain[examples]'" if module.startswith("hpctrain.examples") else "install it"
+        raise SpecError(
+            f"{where}: {Path(spec.origin).name} imports {', '.join(missing)}, which the job's Python "
+            f"cannot find: {extra} (--no-check skips this)"
+        )
 
 
 def check_paths(resolved: Resolved, origin: str) -> None:

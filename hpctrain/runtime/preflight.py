@@ -20,6 +20,7 @@ import argparse
 import glob
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -95,6 +96,43 @@ def count_gpus(node: str) -> tuple[int, str]:
     return len(files), "gres.conf device files (no CUDA: fake or CPU-only)"
 
 
+HEALTH_QUERY = "index,ecc.errors.uncorrected.volatile.total,clocks.sm,clocks.max.sm"
+
+
+def parse_gpu_health(text: str) -> list[str]:
+    """Problems in `nvidia-smi --query-gpu=HEALTH_QUERY --format=csv,noheader,nounits` output."""
+    problems = []
+    for line in text.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4:
+            continue
+        index, ecc, _clock, max_clock = fields
+        if ecc.isascii() and ecc.isdigit() and int(ecc) > 0:
+            problems.append(f"GPU {index}: {ecc} uncorrected ECC errors")
+        if max_clock.isascii() and max_clock.isdigit() and int(max_clock) == 0:
+            problems.append(f"GPU {index}: reports a maximum SM clock of 0")
+    return problems
+
+
+def gpu_health() -> list[str]:
+    """ECC and clock problems from nvidia-smi; nothing when there is no nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return [f"nvidia-smi failed: {err}"]
+    if proc.returncode != 0:
+        return [f"nvidia-smi failed: {(proc.stderr or proc.stdout).strip()[:120]}"]
+    return parse_gpu_health(proc.stdout)
+
+
 def ib_ports() -> list[str]:
     """`mlx5_0/1: ACTIVE` for every InfiniBand/RoCE port the kernel shows."""
     ports = []
@@ -121,6 +159,8 @@ def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
     )
     if asked and seen < asked:
         facts.problems.append(f"{asked} GPUs allocated, {seen} visible ({source})")
+    if asked and source == "torch.cuda" and info.local_rank == 0:
+        facts.problems += gpu_health()
     elif asked and source.startswith("gres.conf"):
         facts.warnings.append(f"{seen} GPU device files, no CUDA device: fake GPUs or a driver problem")
     down = [p for p in facts.ib_ports if not p.endswith("ACTIVE")]
