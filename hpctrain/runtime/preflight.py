@@ -145,7 +145,12 @@ def ib_ports() -> list[str]:
 
 def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
     asked = gpus_asked(env)
-    seen, source = count_gpus(info.hostname) if asked else (0, "no GPUs asked")
+    if not asked:
+        seen, source = 0, "no GPUs asked"
+    elif info.local_rank == 0:
+        seen, source = count_gpus(info.hostname)
+    else:  # one rank per node looks, the others would only repeat it
+        seen, source = asked, "checked by local rank 0"
     facts = NodeFacts(
         node=info.hostname,
         rank=info.rank,
@@ -280,8 +285,8 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpctrain.runtime.preflight", description=__doc__)
-    parser.add_argument("--size-mb", type=float, default=4.0, help="All-reduce message size.")
-    parser.add_argument("--iterations", type=int, default=7, help="Timed all-reduces per measurement.")
+    parser.add_argument("--size-mb", type=float, default=1.0, help="All-reduce message size.")
+    parser.add_argument("--iterations", type=int, default=5, help="Timed all-reduces per measurement.")
     parser.add_argument("--tolerance", type=float, default=0.5, help="Allowed fraction under the median.")
     parser.add_argument("--report", type=Path, default=None, help="preflight.json (default: run dir).")
     args = parser.parse_args(argv)
