@@ -1,17 +1,19 @@
 """Preflight: each rank checks its node (GPUs, IB, versions) and times all-reduces; rank 0 names bad nodes.
 
-Run as a job's first step (`srun python -m hpctrain.runtime.preflight`, see templates/partials/launch.j2)
-and by `hpctrain doctor`. Rank 0 writes `preflight.json` in the run directory and, when nodes fail,
-`preflight-exclude` (a Slurm node list) and exits 3, so the batch script can requeue the job
-without them.
+Run by `hpctrain doctor`, and first thing in a job's training step: `python -m
+hpctrain.runtime.preflight --then-train` checks, then trains in the same process, so a job pays
+neither a second launch nor a second torch import (templates/partials/launch.j2). Rank 0 writes
+`preflight.json` in the run directory and, when nodes fail, `preflight-exclude` (a Slurm node
+list); then every rank exits 3, and the batch script requeues the job without those nodes.
 
 Two bandwidth figures are measured: the bus bandwidth of an all-reduce over every rank (compared
 with the site's `network.expected_busbw_gbps` by doctor), and a per-node figure from an all-reduce
 inside each node's own group (all groups at once), which must be within `--tolerance` of the
 median node. With one rank per node that per-node figure times the node's own side of the loop.
 
-Test hook: `HPCTRAIN_PREFLIGHT_DELAY=NODE:SECONDS` makes the ranks on NODE sleep before each timed
-all-reduce, which simulates a slow node (tests/integration/test_doctor.py).
+Test hooks (tests/integration/test_doctor.py): `HPCTRAIN_PREFLIGHT_DELAY=NODE:SECONDS` makes the
+ranks on NODE sleep before each timed all-reduce (a slow node); `HPCTRAIN_PREFLIGHT_HIDE_GPUS=N1,N2`
+makes those nodes see no GPU (a broken node).
 """
 
 from __future__ import annotations
@@ -32,8 +34,10 @@ from hpctrain import __version__
 from hpctrain.runtime import bootstrap
 
 EXIT_BAD_NODES = 3
-PORT_OFFSET = 20000
-JITTER_S = 0.002  # the training step uses MASTER_PORT; preflight stays clear of it
+PORT_OFFSET = 20000  # the training uses MASTER_PORT; preflight stays clear of it
+# Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
+# is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
+JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
 
 
 @dataclass
@@ -147,6 +151,8 @@ def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
     asked = gpus_asked(env)
     if not asked:
         seen, source = 0, "no GPUs asked"
+    elif info.hostname in env.get("HPCTRAIN_PREFLIGHT_HIDE_GPUS", "").split(","):
+        seen, source = 0, "HPCTRAIN_PREFLIGHT_HIDE_GPUS (test hook)"
     elif info.local_rank == 0:
         seen, source = count_gpus(info.hostname)
     else:  # one rank per node looks, the others would only repeat it
@@ -183,7 +189,8 @@ def busbw_gbps(nbytes: int, ranks: int, seconds: float) -> float:
 def timed_allreduce(
     tensor: object, group: object, ranks: int, iterations: int, delay: float
 ) -> tuple[float, float]:
-    """(bus bandwidth GB/s, seconds) of the median of `iterations` timed all-reduces."""
+    """(bus bandwidth GB/s, seconds) of the fastest of `iterations` timed all-reduces: noise only
+    ever adds time, a slow node is slow every time."""
     import torch.distributed as dist
 
     dist.all_reduce(tensor, group=group)  # warm-up: connections are made here
@@ -194,7 +201,7 @@ def timed_allreduce(
             time.sleep(delay)
         dist.all_reduce(tensor, group=group)
         times.append(time.perf_counter() - start)
-    seconds = statistics.median(times)
+    seconds = min(times)
     nbytes = tensor.numel() * tensor.element_size()  # type: ignore[attr-defined]
     return busbw_gbps(nbytes, ranks, seconds), seconds
 
@@ -204,7 +211,9 @@ def injected_delay(node: str, env: dict[str, str]) -> float:
     return float(seconds) if target == node and seconds else 0.0
 
 
-def judge(facts: list[NodeFacts], tolerance: float) -> dict[str, list[str]]:
+def judge(
+    facts: list[NodeFacts], tolerance: float, jitter_s: float = JITTER_S["gloo"]
+) -> dict[str, list[str]]:
     """Problems by node: each rank's own, plus a per-node bandwidth below (1 - tolerance) x median."""
     by_node: dict[str, list[str]] = {}
     for item in facts:
@@ -217,9 +226,9 @@ def judge(facts: list[NodeFacts], tolerance: float) -> dict[str, list[str]]:
         median = statistics.median(node_bw.values())
         typical_s = statistics.median(node_s.values())
         for node, value in node_bw.items():
-            # Microsecond-scale jitter of a tiny in-node all-reduce is no fault: a node must also
-            # lose at least JITTER_S per all-reduce to fail.
-            if value < (1 - tolerance) * median and node_s[node] - typical_s > JITTER_S:
+            # Jitter of a small in-node all-reduce is no fault: a node must also lose at least
+            # jitter_s per all-reduce to fail.
+            if value < (1 - tolerance) * median and node_s[node] - typical_s > jitter_s:
                 by_node[node].append(
                     f"node all-reduce {value:.3f} GB/s, {100 * (1 - value / median):.0f}% under the "
                     f"median {median:.3f} GB/s"
@@ -253,34 +262,79 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
     facts.global_busbw_gbps, _ = timed_allreduce(tensor, None, info.world_size, iterations, delay)
     gathered: list[NodeFacts | None] = [None] * info.world_size
     dist.all_gather_object(gathered, facts)
+    verdict: list[list[str] | None] = [None]
+    if info.rank == 0:
+        everyone = [f for f in gathered if f is not None]
+        verdict = [report_verdict(everyone, nodes, backend, size_mb, tolerance, started, report)]
+    dist.broadcast_object_list(verdict, src=0)  # every rank must know whether training may start
     dist.destroy_process_group()
-    if info.rank != 0:
-        return 0
-    everyone = [f for f in gathered if f is not None]
-    by_node = judge(everyone, tolerance)
+    os.environ["MASTER_PORT"] = str(env.get("MASTER_PORT", ""))  # the training's own rendezvous
+    if "MASTER_PORT" not in env:
+        del os.environ["MASTER_PORT"]
+    return EXIT_BAD_NODES if verdict[0] else 0
+
+
+def too_few_left(bad: list[str], env: dict[str, str]) -> str | None:
+    """Why requeueing without `bad` cannot work (the job would wait forever), or None."""
+    from hpctrain.errors import HpctrainError
+    from hpctrain.slurm_facts import expand_hostlist, parse_record
+
+    partition, job_id = env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_ID", "")
+    needed = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)
+    if not partition or not job_id or not needed:
+        return None
+    try:
+        show = [["scontrol", "show", "partition", partition, "-o"], ["scontrol", "show", "job", job_id, "-o"]]
+        part, job = (subprocess.run(a, capture_output=True, text=True, timeout=10).stdout for a in show)
+        nodes = set(expand_hostlist(parse_record(part).get("Nodes", "")))
+        nodes -= set(expand_hostlist(parse_record(job).get("ExcNodeList", "")))
+    except (OSError, subprocess.TimeoutExpired, HpctrainError):
+        return None
+    left = len(nodes - set(bad))
+    if left >= needed:
+        return None
+    return f"partition {partition} would have {left} node(s) left for a job of {needed}"
+
+
+def report_verdict(
+    everyone: list[NodeFacts],
+    nodes: list[str],
+    backend: str,
+    size_mb: float,
+    tolerance: float,
+    started: float,
+    report: Path | None,
+) -> list[str]:
+    """Rank 0: judge, print one line per node, write preflight.json and preflight-exclude; the bad nodes."""
+    by_node = judge(everyone, tolerance, JITTER_S[backend])
     bad = [node for node, problems in by_node.items() if problems]
+    stuck = too_few_left(bad, dict(os.environ)) if bad else None
     summary = {
         "seconds": round(time.perf_counter() - started, 3),
         "backend": backend,
-        "ranks": info.world_size,
+        "ranks": len(everyone),
         "size_mb": size_mb,
         "busbw_gbps": min(f.global_busbw_gbps for f in everyone),
         "nodes": {n: {"problems": p} for n, p in by_node.items()},
         "bad_nodes": bad,
+        "requeue": bool(bad) and stuck is None,
+        "no_requeue_because": stuck,
         "facts": [asdict(f) for f in everyone],
     }
     for node in nodes:
         status = "FAIL" if by_node[node] else "PASS"
         print(f"hpctrain preflight: {node}: {status} {'; '.join(by_node[node])}".rstrip())
-    print(f"hpctrain preflight: all-reduce {summary['busbw_gbps']:.3f} GB/s over {info.world_size} ranks")
+    print(f"hpctrain preflight: all-reduce {summary['busbw_gbps']:.3f} GB/s over {len(everyone)} ranks")
+    if stuck:
+        print(f"hpctrain preflight: not requeueing without {','.join(bad)}: {stuck}")
     if report is not None:
         report.write_text(json.dumps(summary, indent=2) + "\n")
         exclude = report.parent / "preflight-exclude"
-        if bad:
+        if bad and not stuck:
             exclude.write_text(",".join(bad) + "\n")
         else:
             exclude.unlink(missing_ok=True)
-    return EXIT_BAD_NODES if bad else 0
+    return bad
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -289,10 +343,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=5, help="Timed all-reduces per measurement.")
     parser.add_argument("--tolerance", type=float, default=0.5, help="Allowed fraction under the median.")
     parser.add_argument("--report", type=Path, default=None, help="preflight.json (default: run dir).")
+    parser.add_argument(
+        "--then-train",
+        action="store_true",
+        help="On success, train in this same process (python -m hpctrain.runtime): no second launch.",
+    )
     args = parser.parse_args(argv)
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     report = args.report or (Path(run_dir) / "preflight.json" if run_dir else None)
-    return run(args.size_mb, args.iterations, args.tolerance, report)
+    code = run(args.size_mb, args.iterations, args.tolerance, report)
+    if code or not args.then_train:
+        return code
+    from hpctrain.runtime.__main__ import exit_now
+    from hpctrain.runtime.__main__ import main as train
+
+    exit_now(train())
+    return 0
 
 
 if __name__ == "__main__":

@@ -18,7 +18,7 @@ import yaml
 
 from hpctrain.spec import load_site, memory_mb, time_minutes
 from tests.conftest import JOBS, SITES, run_cli
-from tests.integration.cluster import require_cluster, scontrol_job, submit
+from tests.integration.cluster import make_eligible, require_cluster, scontrol_job, submit, wait_state
 
 pytestmark = [pytest.mark.cluster]
 
@@ -100,31 +100,40 @@ def test_doctor_catches_more_gpus_than_the_nodes_have(tmp_path: Path, hpctrain_h
 
 def test_doctor_names_a_throttled_node(hpctrain_home: Path) -> None:
     require_cluster()
-    proc = run_cli("doctor", "--site", "local", env={"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.05"}, timeout=300)
+    proc = run_cli("doctor", "--site", "local", env={"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.1"}, timeout=300)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "--exclude=node2" in proc.stdout, proc.stdout
-    code, report = doctor("--site", "local", env={"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.05"})
+    code, report = doctor("--site", "local", env={"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.1"})
     assert code == 1
     assert statuses(report, "node2", "node all-reduce") == ["FAIL"] and statuses(
         report, "node1", "node all-reduce"
     ) == ["PASS"]
 
 
-def test_preflight_requeues_the_job_without_a_slow_node(hpctrain_home: Path) -> None:
+def test_preflight_requeues_without_a_bad_node_until_none_is_left(hpctrain_home: Path) -> None:
     require_cluster()
-    env = {"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.05"}
-    job = submit(JOBS / "digits-ddp.yaml", "preflight=true", env=env)
+    # Both nodes "lose" their GPUs: the first run excludes the node it ran on and requeues; the
+    # second run, on the other node, cannot exclude it too (nothing would be left) and fails.
+    env = {"HPCTRAIN_PREFLIGHT_HIDE_GPUS": "node1,node2"}
+    job = submit(JOBS / "digits-ddp.yaml", "preflight=true", "resources.nodes=1", env=env)
+    job_id, run_dir = job["job_id"], Path(job["run_dir"])
     try:
-        deadline = time.monotonic() + 180
-        while time.monotonic() < deadline and "ExcNodeList=node2" not in scontrol_job(job["job_id"]):
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and "ExcNodeList=node" not in scontrol_job(job_id):
             time.sleep(1)
-        assert "ExcNodeList=node2" in scontrol_job(job["job_id"]), scontrol_job(job["job_id"])
-        report = json.loads((Path(job["run_dir"]) / "preflight.json").read_text())
-        assert report["bad_nodes"] == ["node2"], report
-        log = (Path(job["run_dir"]) / "logs" / "batch.log").read_text()
-        assert "preflight failed on node2" in log, log
+        first = json.loads((run_dir / "preflight.json").read_text())
+        assert first["requeue"] is True and len(first["bad_nodes"]) == 1, first
+        assert f"ExcNodeList={first['bad_nodes'][0]}" in scontrol_job(job_id), scontrol_job(job_id)
+        make_eligible(job_id)
+        final = wait_state(job_id, set(), timeout=300, env=None)
+        assert final["state"] == "FAILED", final
+        second = json.loads((run_dir / "preflight.json").read_text())
+        assert second["requeue"] is False and second["bad_nodes"] != first["bad_nodes"], second
+        assert "would have 0 node(s) left" in second["no_requeue_because"], second
+        log = (run_dir / "logs" / "batch.log").read_text()
+        assert f"preflight failed on {first['bad_nodes'][0]}; requeueing" in log, log
     finally:
-        subprocess.run(["scancel", job["job_id"]], check=False)
+        subprocess.run(["scancel", job_id], check=False)
 
 
 def restore_node2() -> None:
