@@ -44,8 +44,12 @@ def listing(describe: bool = True) -> list[SiteEntry]:
     """Every profile that `--site NAME` can reach, first match per name wins."""
     entries: list[SiteEntry] = []
     seen: set[str] = set()
+    visited: set[Path] = set()
     for source, folder in search_path():
-        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+        if not folder.is_dir() or folder.resolve() in visited:
+            continue  # e.g. ./site-configs in the checkout is also hpctrain's own folder
+        visited.add(folder.resolve())
+        for path in sorted(folder.glob("*.yaml")):
             entries.append(
                 SiteEntry(
                     path.stem,
