@@ -81,3 +81,6 @@ def test_wheel_installs_and_submits(tmp_path: Path, hpctrain_home: Path) -> None
         timeout=400,
     )
     assert "COMPLETED" in out, out
+    # doctor from the wheel: the compute nodes run the venv's hpctrain, the same version as here.
+    report = run([hpctrain, "doctor", "--site", "local", "--json"], elsewhere, env, timeout=300)
+    assert '"ok": true' in report, report
