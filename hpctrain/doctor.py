@@ -17,7 +17,7 @@ from pathlib import Path
 from hpctrain import __version__
 from hpctrain.errors import HpctrainError
 from hpctrain.render import shell_quote
-from hpctrain.slurm_facts import ClusterFacts, memory_text_mb, parse_gres, slurm_time
+from hpctrain.slurm_facts import ClusterFacts, is_number, memory_text_mb, parse_gres, slurm_time
 from hpctrain.spec import Site, memory_mb, time_minutes
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
@@ -80,7 +80,7 @@ def _one_node(site: Site, partition: str, node: str, record: dict[str, str], sta
             f"profile {part.gpus_per_node} {part.gpu_type or ''} GPUs, node Gres={record.get('Gres', '')}",
         )
     )
-    cpus = int(record.get("CPUTot", "0") or 0)
+    cpus = int(record.get("CPUTot", "0")) if is_number(record.get("CPUTot", "")) else 0
     found.append(
         Finding(
             node,

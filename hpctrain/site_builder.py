@@ -34,7 +34,7 @@ def partition_profile(facts: ClusterFacts, name: str, gres_name: str) -> dict[st
     profile["gpus_per_node"] = min(count for count, _ in gres)
     if len(types) == 1 and None not in types and profile["gpus_per_node"]:
         profile["gpu_type"] = types.pop()
-    profile["cpus_per_node"] = min(int(n.get("CPUTot", "1") or 1) for n in nodes)
+    profile["cpus_per_node"] = min(int(n["CPUTot"]) if is_number(n.get("CPUTot", "")) else 1 for n in nodes)
     profile["mem_per_node"] = f"{min(memory_text_mb(n.get('RealMemory', '')) for n in nodes)}M"
     max_time = slurm_time(record.get("MaxTime", ""))
     profile["max_time"] = max_time or "365-00:00:00"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.sites import user_folder
     from hpctrain.slurm_facts import ClusterFacts
 
-    if not __import__("re").match(spec.NAME, args.name):
+    if not re.match(spec.NAME, args.name):
         raise SpecError(f"init-site: {args.name!r} is not a site name (letters, digits, . _ -)")
     target = None if args.output == "-" else Path(args.output or user_folder() / f"{args.name}.yaml")
     if target is not None and target.exists() and not args.force:
