@@ -40,6 +40,22 @@ def search_path() -> list[tuple[str, Path]]:
     return folders
 
 
+def locate(name_or_path: str) -> Path:
+    """A profile by path, or by name from search_path(); a name found nowhere is a one-line SpecError."""
+    from hpctrain.errors import SpecError
+
+    path = Path(name_or_path)
+    if path.suffix or path.exists() or len(path.parts) != 1:
+        return path
+    for _, folder in search_path():
+        if (folder / f"{name_or_path}.yaml").is_file():
+            return folder / f"{name_or_path}.yaml"
+    names = sorted({e.name for e in listing(describe=False)})
+    raise SpecError(
+        f"--site {name_or_path}: no site profile of that name ({', '.join(names)}; see `hpctrain sites`)"
+    )
+
+
 def listing(describe: bool = True) -> list[SiteEntry]:
     """Every profile that `--site NAME` can reach, first match per name wins."""
     entries: list[SiteEntry] = []

@@ -46,7 +46,7 @@ def load_and_resolve(
     job_path: str | Path, site: str, overrides: list[str] | None, check: bool = True
 ) -> spec.Resolved:
     job = spec.load_job(job_file(job_path), overrides)
-    site_profile = spec.load_site(site, site_search_path())
+    site_profile = spec.load_site(sites.locate(site))
     resolved = spec.resolve(job, site_profile, str(job_path), str(site))
     if check:
         check_job(resolved, str(job_path))

@@ -26,10 +26,10 @@ def run(args: argparse.Namespace) -> int:
 
     from hpctrain import doctor, spec
     from hpctrain.cli.common import table
+    from hpctrain.sites import locate
     from hpctrain.slurm_facts import ClusterFacts
-    from hpctrain.submission import site_search_path
 
-    site = spec.load_site(args.site, site_search_path())
+    site = spec.load_site(locate(args.site))
     partition, _ = site.partition(args.partition)
     facts = ClusterFacts.read()
     findings = doctor.accounting_findings(facts) + doctor.node_findings(site, facts)
