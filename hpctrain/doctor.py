@@ -77,7 +77,8 @@ def _one_node(site: Site, partition: str, node: str, record: dict[str, str], sta
             node,
             f"gpus ({partition})",
             "FAIL" if short else "PASS",
-            f"profile {part.gpus_per_node} {part.gpu_type or ''} GPUs, node Gres={record.get('Gres', '')}",
+            f"profile {part.gpus_per_node} {part.gpu_type + ' ' if part.gpu_type else ''}GPUs, "
+            f"node Gres={record.get('Gres', '')}",
         )
     )
     cpus = int(record.get("CPUTot", "0")) if is_number(record.get("CPUTot", "")) else 0
@@ -242,14 +243,8 @@ def preflight_findings(site: Site, report: dict | None, nodes: list[str], timeou
             )
         )
         health = [p for p in fact["problems"] if p.startswith(("GPU ", "nvidia-smi"))]
-        found.append(
-            Finding(
-                node,
-                "gpu health",
-                "FAIL" if health else "PASS",
-                "; ".join(health) or "no ECC/clock problem seen",
-            )
-        )
+        checked = "no ECC/clock problem" if fact["gpu_source"] == "torch.cuda" else "not checked (no CUDA)"
+        found.append(Finding(node, "gpu health", "FAIL" if health else "PASS", "; ".join(health) or checked))
         ib = [p for p in fact["problems"] if p.startswith("IB")]
         found.append(
             Finding(
