@@ -96,3 +96,20 @@ def test_bash_completes_job_ids(tmp_path: Path, hpctrain_home: Path) -> None:
 def test_zsh_script_uses_bashcompinit() -> None:
     proc = run_cli("completion", "zsh")
     assert proc.returncode == 0 and "bashcompinit" in proc.stdout and "_hpctrain" in proc.stdout
+
+
+def test_examples_list_print_and_copy(tmp_path: Path) -> None:
+    listed = run_cli("examples", cwd=tmp_path)
+    assert listed.returncode == 0 and "digits-ddp" in listed.stdout, listed.stderr
+    shown = run_cli("examples", "digits-ddp", cwd=tmp_path)
+    assert shown.stdout == (REPO / "jobs" / "digits-ddp.yaml").read_text()
+    copied = run_cli("examples", "digits-ddp", "--copy", str(tmp_path / "mine"), cwd=tmp_path)
+    assert copied.returncode == 0 and (tmp_path / "mine" / "digits-ddp.yaml").read_text() == shown.stdout
+
+
+def test_init_site_never_overwrites_without_force(tmp_path: Path) -> None:
+    target = tmp_path / "exists.yaml"
+    target.write_text("keep me\n")
+    proc = run_cli("init-site", "exists", "-o", str(target), cwd=tmp_path)
+    assert proc.returncode == 2 and "--force" in proc.stderr, proc.stderr
+    assert target.read_text() == "keep me\n"
