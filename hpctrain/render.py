@@ -13,11 +13,12 @@ import msgspec
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
+from hpctrain.resources import data_folder
 from hpctrain.rundir import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.slurm_values import memory_mb, signal_name
 from hpctrain.spec import Resolved
 
-TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
+TEMPLATES = data_folder("templates")
 # No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@=:\-]+$")
 
@@ -191,6 +192,11 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         environment_vars["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
     environment_vars.update(job.env)
     ps = resolved.parallel.ps
+    heterogeneous = ps is not None and ps.heterogeneous
+    # Preflight defaults to on where a bad node costs most: multi-node GPU jobs (not PS hetjobs).
+    preflight = job.preflight
+    if preflight is None:
+        preflight = job.resources.nodes > 1 and job.resources.gpus_per_node > 0
     return {
         "version": __version__,
         "job": job,
@@ -208,9 +214,10 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "launcher": job.launcher,
         "mpi": site.mpi,
         "ps": ps,
-        "heterogeneous": ps is not None and ps.heterogeneous,
+        "heterogeneous": heterogeneous,
         "array": job.array,
         "files": template_files(),
+        "preflight": preflight and not heterogeneous,
     }
 
 

@@ -284,6 +284,13 @@ class JobSpec(Base):
             "options hpctrain sets itself are refused."
         ),
     ] = {}
+    preflight: Annotated[
+        bool | None,
+        Meta(
+            description="Check nodes and an all-reduce before training; a bad node is excluded and the "
+            "job requeued. Default: on for multi-node GPU jobs."
+        ),
+    ] = None
 
     def __post_init__(self) -> None:
         check_env("env", self.env)
@@ -333,6 +340,10 @@ class Network(Base):
     ] = {}
     ucx_env: Annotated[dict[str, EnvValue], Meta(description="UCX settings for MPI over InfiniBand.")] = {}
     gloo_socket_ifname: Annotated[Line | None, Meta(description="GLOO_SOCKET_IFNAME for CPU jobs.")] = None
+    expected_busbw_gbps: Annotated[
+        Annotated[float, Meta(gt=0)] | None,
+        Meta(description="All-reduce bus bandwidth (GB/s) across nodes that doctor expects."),
+    ] = None
 
     def __post_init__(self) -> None:
         check_env("nccl_env", self.nccl_env)

@@ -3,29 +3,20 @@
 from __future__ import annotations
 
 import contextlib
-import os
 import shutil
 import time
 from pathlib import Path
 
 import msgspec
 
-from hpctrain import spec
+from hpctrain import sites, spec
 from hpctrain.backends import select_backend
 from hpctrain.backends.base import Backend, BackendError, JobState
+from hpctrain.entry_check import check_job
 from hpctrain.records import SUBMIT_FAILED, Index, Run
 from hpctrain.render import batch_options, render, slurm_directive_path
+from hpctrain.resources import job_file
 from hpctrain.rundir import RunDir, SubmitInfo, write_json
-
-REPO_SITES = Path(__file__).resolve().parent.parent / "site-configs"
-
-
-def site_search_path() -> list[Path]:
-    """Where `--site NAME` is looked up: ./site-configs, $HPCTRAIN_SITES, the checkout's site-configs."""
-    folders = [Path.cwd() / "site-configs"]
-    folders += [Path(p) for p in os.environ.get("HPCTRAIN_SITES", "").split(os.pathsep) if p]
-    folders.append(REPO_SITES)
-    return folders
 
 
 class Request(msgspec.Struct):
@@ -36,19 +27,28 @@ class Request(msgspec.Struct):
 
 
 def prepare(
-    job_path: str | Path, site: str, overrides: list[str] | None = None, backend_name: str | None = None
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None = None,
+    backend_name: str | None = None,
+    check: bool = True,
 ) -> Request:
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
-    resolved = load_and_resolve(job_path, site, overrides)
+    resolved = load_and_resolve(job_path, site, overrides, check)
     # A dry run has no run directory yet: the script shows where it would be.
     template = select_backend(backend_name).template
     return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template))
 
 
-def load_and_resolve(job_path: str | Path, site: str, overrides: list[str] | None) -> spec.Resolved:
-    job = spec.load_job(job_path, overrides)
-    site_profile = spec.load_site(site, site_search_path())
-    return spec.resolve(job, site_profile, str(job_path), str(site))
+def load_and_resolve(
+    job_path: str | Path, site: str, overrides: list[str] | None, check: bool = True
+) -> spec.Resolved:
+    job = spec.load_job(job_file(job_path), overrides)
+    site_profile = spec.load_site(sites.locate(site))
+    resolved = spec.resolve(job, site_profile, str(job_path), str(site))
+    if check:
+        check_job(resolved, str(job_path))
+    return resolved
 
 
 class Submitted(msgspec.Struct):
@@ -62,6 +62,7 @@ def submit(
     overrides: list[str] | None = None,
     backend_name: str | None = None,
     index: Index | None = None,
+    check: bool = True,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
 
@@ -72,7 +73,7 @@ def submit(
     index = index or Index()
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
-    resolved = load_and_resolve(job_path, site, overrides)
+    resolved = load_and_resolve(job_path, site, overrides, check)
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(resolved.job.name)
     now = time.time()

@@ -28,6 +28,12 @@ def add_job_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="Scheduler backend (default: $HPCTRAIN_BACKEND or auto).",
     )
+    parser.add_argument(
+        "--no-check",
+        dest="check",
+        action="store_false",
+        help="Skip the entrypoint and path checks (module found, function defined, files readable).",
+    )
 
 
 def print_json(data: Any) -> None:

@@ -15,6 +15,11 @@ VERBS = {
     "list": "Every job submitted through hpctrain, newest first.",
     "index": "Check or compact the index of runs (set aside unreadable lines, archive ended runs).",
     "explain": "The job-spec and site-profile fields with their documentation.",
+    "sites": "Every site profile --site NAME can reach, and where each comes from.",
+    "examples": "The example job specs shipped with hpctrain (submit one by name).",
+    "init-site": "Write a site profile read off the live cluster (scontrol, sacctmgr, a probe job).",
+    "doctor": "Check a site profile and every node of the live cluster (preflight job, all-reduce).",
+    "completion": "Print the shell completion script: source <(hpctrain completion bash).",
 }
 
 # Exit codes: 2 = the user's input is wrong (nothing was submitted), 1 = the cluster or job failed.
@@ -36,7 +41,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         if only is not None and verb != only:
             sub.add_parser(verb, help=help_text)
             continue
-        module = importlib.import_module(f"hpctrain.cli.{verb}_cmd")
+        module = importlib.import_module(f"hpctrain.cli.{verb.replace('-', '_')}_cmd")
         child = sub.add_parser(verb, help=help_text, description=help_text)
         module.add_arguments(child)
         child.set_defaults(run=module.run)

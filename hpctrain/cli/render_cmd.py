@@ -17,7 +17,7 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
     from hpctrain.submission import prepare
 
-    request = prepare(args.job, args.site, args.overrides, args.backend)
+    request = prepare(args.job, args.site, args.overrides, args.backend, check=args.check)
     if args.spec:
         sys.stdout.write(spec.dumps(request.resolved).decode() + "\n")
     else:

@@ -19,7 +19,7 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.errors import BackendError
     from hpctrain.submission import submit
 
-    done = submit(args.job, args.site, args.overrides, args.backend)
+    done = submit(args.job, args.site, args.overrides, args.backend, check=args.check)
     run_ = done.run
     if done.error:
         raise BackendError(f"{done.error} (the script and resolved spec are kept in {run_.run_dir})")

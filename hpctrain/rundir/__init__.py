@@ -72,12 +72,15 @@ HEARTBEATS = "heartbeats"
 FINAL_MODEL = "final_model.pt"
 LOCAL_EXIT_CODE = "local-exit-code"
 LOCAL_CANCELLED = "local-cancelled"
+PREFLIGHT_REPORT = "preflight.json"
+PREFLIGHT_EXCLUDE = "preflight-exclude"
 ARRAY_PREFIX = "array-"
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
 SLURM_RANK_LOG = "rank-%t.log"
 SLURM_NODE_LOG = "node-%n.log"
 SLURM_ARRAY_BATCH_LOG = "batch-%a.log"
+SLURM_PREFLIGHT_LOG = "preflight-%t.log"
 
 
 def rank_log_name(rank: int | str) -> str:
@@ -97,6 +100,8 @@ def template_files() -> dict[str, str]:
         "preempt_flag": PREEMPT_FLAG,
         "requeue_request": REQUEUE_REQUEST,
         "exit_codes": EXIT_CODES,
+        "preflight_exclude": PREFLIGHT_EXCLUDE,
+        "preflight_log": SLURM_PREFLIGHT_LOG,
     }
 
 
@@ -168,6 +173,8 @@ class RunDir:
     final_model = _File(FINAL_MODEL)
     local_exit_code = _File(LOCAL_EXIT_CODE)
     local_cancelled = _File(LOCAL_CANCELLED)
+    preflight_report = _File(PREFLIGHT_REPORT)
+    preflight_exclude = _File(PREFLIGHT_EXCLUDE)
 
     def _file(self, name: str) -> str:
         """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""

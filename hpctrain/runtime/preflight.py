@@ -1,0 +1,366 @@
+"""Preflight: each rank checks its node (GPUs, IB, versions) and times all-reduces; rank 0 names bad nodes.
+
+Run by `hpctrain doctor`, and first thing in a job's training step: `python -m
+hpctrain.runtime.preflight --then-train` checks, then trains in the same process, so a job pays
+neither a second launch nor a second torch import (templates/partials/launch.j2). Rank 0 writes
+`preflight.json` in the run directory and, when nodes fail, `preflight-exclude` (a Slurm node
+list); then every rank exits 3, and the batch script requeues the job without those nodes.
+
+Two bandwidth figures are measured: the bus bandwidth of an all-reduce over every rank (compared
+with the site's `network.expected_busbw_gbps` by doctor), and a per-node figure from an all-reduce
+inside each node's own group (all groups at once), which must be within `--tolerance` of the
+median node. With one rank per node that per-node figure times the node's own side of the loop.
+
+Test hooks (tests/integration/test_doctor.py): `HPCTRAIN_PREFLIGHT_DELAY=NODE:SECONDS` makes the
+ranks on NODE sleep before each timed all-reduce (a slow node); `HPCTRAIN_PREFLIGHT_HIDE_GPUS=N1,N2`
+makes those nodes see no GPU (a broken node).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from hpctrain import __version__
+from hpctrain.rundir import PREFLIGHT_EXCLUDE, RunDir
+from hpctrain.runtime import bootstrap
+
+EXIT_BAD_NODES = 3
+PORT_OFFSET = 20000  # the training uses MASTER_PORT; preflight stays clear of it
+# Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
+# is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
+JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
+
+
+@dataclass
+class NodeFacts:
+    """What one rank saw on its node; `problems` FAIL the node, `warnings` only report."""
+
+    node: str
+    rank: int
+    local_rank: int
+    python: str
+    hpctrain: str
+    gpus_asked: int
+    gpus_seen: int
+    gpu_source: str
+    ib_ports: list[str] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    node_busbw_gbps: float = 0.0
+    node_seconds: float = 0.0
+    global_busbw_gbps: float = 0.0
+
+
+def gpus_asked(env: dict[str, str]) -> int:
+    """GPUs Slurm gave this task's node: SLURM_GPUS_ON_NODE, else the ids in SLURM_JOB_GPUS."""
+    if env.get("SLURM_GPUS_ON_NODE", "").isdigit():
+        return int(env["SLURM_GPUS_ON_NODE"])
+    ids = env.get("SLURM_STEP_GPUS") or env.get("SLURM_JOB_GPUS") or ""
+    return len([i for i in ids.split(",") if i.strip()])
+
+
+def gres_files(node: str) -> list[str]:
+    """The device files slurmd's gres.conf gives this node (fake GPUs are plain files there)."""
+    try:
+        proc = subprocess.run(
+            ["slurmd", "-G", "-N", node], capture_output=True, text=True, timeout=10, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    from hpctrain.slurm_facts import expand_hostlist
+
+    files: list[str] = []
+    for line in (proc.stdout + proc.stderr).splitlines():
+        if " Name=gpu " in f" {line} " or "Name=gpu " in line:
+            for word in line.split():
+                if word.startswith("File=") and word != "File=(null)":
+                    files += expand_hostlist(word.removeprefix("File="))
+    return files
+
+
+def count_gpus(node: str) -> tuple[int, str]:
+    """(GPUs this node shows, how it was seen): CUDA, /dev/nvidia*, else the gres device files."""
+    import torch
+
+    if torch.cuda.is_available():
+        return torch.cuda.device_count(), "torch.cuda"
+    devices = [p for p in glob.glob("/dev/nvidia[0-9]*") if p[len("/dev/nvidia") :].isdigit()]
+    if devices:
+        return len(devices), "/dev/nvidia* (CUDA unavailable)"
+    files = [p for p in gres_files(node) if os.path.exists(p)]
+    return len(files), "gres.conf device files (no CUDA: fake or CPU-only)"
+
+
+HEALTH_QUERY = "index,ecc.errors.uncorrected.volatile.total,clocks.sm,clocks.max.sm"
+
+
+def parse_gpu_health(text: str) -> list[str]:
+    """Problems in `nvidia-smi --query-gpu=HEALTH_QUERY --format=csv,noheader,nounits` output."""
+    problems = []
+    for line in text.strip().splitlines():
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) != 4:
+            continue
+        index, ecc, _clock, max_clock = fields
+        if ecc.isascii() and ecc.isdigit() and int(ecc) > 0:
+            problems.append(f"GPU {index}: {ecc} uncorrected ECC errors")
+        if max_clock.isascii() and max_clock.isdigit() and int(max_clock) == 0:
+            problems.append(f"GPU {index}: reports a maximum SM clock of 0")
+    return problems
+
+
+def gpu_health() -> list[str]:
+    """ECC and clock problems from nvidia-smi; nothing when there is no nvidia-smi."""
+    if shutil.which("nvidia-smi") is None:
+        return []
+    try:
+        proc = subprocess.run(
+            ["nvidia-smi", f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits"],
+            capture_output=True,
+            text=True,
+            timeout=20,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return [f"nvidia-smi failed: {err}"]
+    if proc.returncode != 0:
+        return [f"nvidia-smi failed: {(proc.stderr or proc.stdout).strip()[:120]}"]
+    return parse_gpu_health(proc.stdout)
+
+
+def ib_ports() -> list[str]:
+    """`mlx5_0/1: ACTIVE` for every InfiniBand/RoCE port the kernel shows."""
+    ports = []
+    for state in sorted(glob.glob("/sys/class/infiniband/*/ports/*/state")):
+        parts = Path(state).parts
+        text = Path(state).read_text(encoding="utf-8").strip()
+        ports.append(f"{parts[-4]}/{parts[-2]}: {text.split(':')[-1].strip()}")
+    return ports
+
+
+def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
+    asked = gpus_asked(env)
+    if not asked:
+        seen, source = 0, "no GPUs asked"
+    elif info.hostname in env.get("HPCTRAIN_PREFLIGHT_HIDE_GPUS", "").split(","):
+        seen, source = 0, "HPCTRAIN_PREFLIGHT_HIDE_GPUS (test hook)"
+    elif info.local_rank == 0:
+        seen, source = count_gpus(info.hostname)
+    else:  # one rank per node looks, the others would only repeat it
+        seen, source = asked, "checked by local rank 0"
+    facts = NodeFacts(
+        node=info.hostname,
+        rank=info.rank,
+        local_rank=info.local_rank,
+        python=sys.version.split()[0],
+        hpctrain=__version__,
+        gpus_asked=asked,
+        gpus_seen=seen,
+        gpu_source=source,
+        ib_ports=ib_ports(),
+    )
+    if asked and seen < asked:
+        facts.problems.append(f"{asked} GPUs allocated, {seen} visible ({source})")
+    if asked and source == "torch.cuda" and info.local_rank == 0:
+        facts.problems += gpu_health()
+    elif asked and source.startswith("gres.conf"):
+        facts.warnings.append(f"{seen} GPU device files, no CUDA device: fake GPUs or a driver problem")
+    down = [p for p in facts.ib_ports if not p.endswith("ACTIVE")]
+    if down:
+        facts.problems.append(f"IB ports not active: {', '.join(down)}")
+    return facts
+
+
+def busbw_gbps(nbytes: int, ranks: int, seconds: float) -> float:
+    """nccl-tests' all-reduce bus bandwidth: bytes x 2(n-1)/n per second; one rank counts as n=2."""
+    factor = 2 * (ranks - 1) / ranks if ranks > 1 else 1.0
+    return nbytes * factor / max(seconds, 1e-9) / 1e9
+
+
+def timed_allreduce(
+    tensor: object, group: object, ranks: int, iterations: int, delay: float
+) -> tuple[float, float]:
+    """(bus bandwidth GB/s, seconds) of the fastest of `iterations` timed all-reduces: noise only
+    ever adds time, a slow node is slow every time."""
+    import torch.distributed as dist
+
+    dist.all_reduce(tensor, group=group)  # warm-up: connections are made here
+    times = []
+    for _ in range(iterations):
+        start = time.perf_counter()
+        if delay:
+            time.sleep(delay)
+        dist.all_reduce(tensor, group=group)
+        times.append(time.perf_counter() - start)
+    seconds = min(times)
+    nbytes = tensor.numel() * tensor.element_size()  # type: ignore[attr-defined]
+    return busbw_gbps(nbytes, ranks, seconds), seconds
+
+
+def injected_delay(node: str, env: dict[str, str]) -> float:
+    target, _, seconds = env.get("HPCTRAIN_PREFLIGHT_DELAY", "").partition(":")
+    return float(seconds) if target == node and seconds else 0.0
+
+
+def judge(
+    facts: list[NodeFacts], tolerance: float, jitter_s: float = JITTER_S["gloo"]
+) -> dict[str, list[str]]:
+    """Problems by node: each rank's own, plus a per-node bandwidth below (1 - tolerance) x median."""
+    by_node: dict[str, list[str]] = {}
+    for item in facts:
+        by_node.setdefault(item.node, []).extend(
+            p for p in item.problems if p not in by_node.get(item.node, [])
+        )
+    node_bw = {n: min(f.node_busbw_gbps for f in facts if f.node == n) for n in by_node}
+    node_s = {n: max(f.node_seconds for f in facts if f.node == n) for n in by_node}
+    if len(node_bw) > 1:
+        median = statistics.median(node_bw.values())
+        typical_s = statistics.median(node_s.values())
+        for node, value in node_bw.items():
+            # Jitter of a small in-node all-reduce is no fault: a node must also lose at least
+            # jitter_s per all-reduce to fail.
+            if value < (1 - tolerance) * median and node_s[node] - typical_s > jitter_s:
+                by_node[node].append(
+                    f"node all-reduce {value:.3f} GB/s, {100 * (1 - value / median):.0f}% under the "
+                    f"median {median:.3f} GB/s"
+                )
+    return by_node
+
+
+def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) -> int:
+    import torch
+    import torch.distributed as dist
+
+    env = dict(os.environ)
+    info = bootstrap.discover(env)
+    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or info.master_port + PORT_OFFSET)
+    info = bootstrap.DistInfo(**{**asdict(info), "master_port": port})
+    started = time.perf_counter()
+    facts = check_node(info, env)
+    backend = "nccl" if facts.gpus_seen and torch.cuda.is_available() else "gloo"
+    bootstrap.init_process_group(info, backend, timeout_s=60)
+    device = torch.device("cuda", info.local_rank % torch.cuda.device_count()) if backend == "nccl" else None
+    tensor = torch.ones(max(1, int(size_mb * 2**20 / 4)), dtype=torch.float32, device=device)
+    delay = injected_delay(info.hostname, env)
+    names: list[str | None] = [None] * info.world_size
+    dist.all_gather_object(names, info.hostname)
+    nodes = list(dict.fromkeys(names))
+    groups = {n: dist.new_group([r for r, name in enumerate(names) if name == n]) for n in nodes}
+    mine = [r for r, name in enumerate(names) if name == info.hostname]
+    facts.node_busbw_gbps, facts.node_seconds = timed_allreduce(
+        tensor, groups[info.hostname], len(mine), iterations, delay
+    )
+    facts.global_busbw_gbps, _ = timed_allreduce(tensor, None, info.world_size, iterations, delay)
+    gathered: list[NodeFacts | None] = [None] * info.world_size
+    dist.all_gather_object(gathered, facts)
+    verdict: list[list[str] | None] = [None]
+    if info.rank == 0:
+        everyone = [f for f in gathered if f is not None]
+        verdict = [report_verdict(everyone, nodes, backend, size_mb, tolerance, started, report)]
+    dist.broadcast_object_list(verdict, src=0)  # every rank must know whether training may start
+    dist.destroy_process_group()
+    os.environ["MASTER_PORT"] = str(env.get("MASTER_PORT", ""))  # the training's own rendezvous
+    if "MASTER_PORT" not in env:
+        del os.environ["MASTER_PORT"]
+    return EXIT_BAD_NODES if verdict[0] else 0
+
+
+def too_few_left(bad: list[str], env: dict[str, str]) -> str | None:
+    """Why requeueing without `bad` cannot work (the job would wait forever), or None."""
+    from hpctrain.errors import HpctrainError
+    from hpctrain.slurm_facts import expand_hostlist, parse_record
+
+    partition, job_id = env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_ID", "")
+    needed = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)
+    if not partition or not job_id or not needed:
+        return None
+    try:
+        show = [["scontrol", "show", "partition", partition, "-o"], ["scontrol", "show", "job", job_id, "-o"]]
+        part, job = (subprocess.run(a, capture_output=True, text=True, timeout=10).stdout for a in show)
+        nodes = set(expand_hostlist(parse_record(part).get("Nodes", "")))
+        nodes -= set(expand_hostlist(parse_record(job).get("ExcNodeList", "")))
+    except (OSError, subprocess.TimeoutExpired, HpctrainError):
+        return None
+    left = len(nodes - set(bad))
+    if left >= needed:
+        return None
+    return f"partition {partition} would have {left} node(s) left for a job of {needed}"
+
+
+def report_verdict(
+    everyone: list[NodeFacts],
+    nodes: list[str],
+    backend: str,
+    size_mb: float,
+    tolerance: float,
+    started: float,
+    report: Path | None,
+) -> list[str]:
+    """Rank 0: judge, print one line per node, write preflight.json and preflight-exclude; the bad nodes."""
+    by_node = judge(everyone, tolerance, JITTER_S[backend])
+    bad = [node for node, problems in by_node.items() if problems]
+    stuck = too_few_left(bad, dict(os.environ)) if bad else None
+    summary = {
+        "seconds": round(time.perf_counter() - started, 3),
+        "backend": backend,
+        "ranks": len(everyone),
+        "size_mb": size_mb,
+        "busbw_gbps": min(f.global_busbw_gbps for f in everyone),
+        "nodes": {n: {"problems": p} for n, p in by_node.items()},
+        "bad_nodes": bad,
+        "requeue": bool(bad) and stuck is None,
+        "no_requeue_because": stuck,
+        "facts": [asdict(f) for f in everyone],
+    }
+    for node in nodes:
+        status = "FAIL" if by_node[node] else "PASS"
+        print(f"hpctrain preflight: {node}: {status} {'; '.join(by_node[node])}".rstrip())
+    print(f"hpctrain preflight: all-reduce {summary['busbw_gbps']:.3f} GB/s over {len(everyone)} ranks")
+    if stuck:
+        print(f"hpctrain preflight: not requeueing without {','.join(bad)}: {stuck}")
+    if report is not None:
+        report.write_text(json.dumps(summary, indent=2) + "\n")
+        exclude = report.parent / PREFLIGHT_EXCLUDE
+        if bad and not stuck:
+            exclude.write_text(",".join(bad) + "\n")
+        else:
+            exclude.unlink(missing_ok=True)
+    return bad
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpctrain.runtime.preflight", description=__doc__)
+    parser.add_argument("--size-mb", type=float, default=1.0, help="All-reduce message size.")
+    parser.add_argument("--iterations", type=int, default=5, help="Timed all-reduces per measurement.")
+    parser.add_argument("--tolerance", type=float, default=0.5, help="Allowed fraction under the median.")
+    parser.add_argument("--report", type=Path, default=None, help="preflight.json (default: run dir).")
+    parser.add_argument(
+        "--then-train",
+        action="store_true",
+        help="On success, train in this same process (python -m hpctrain.runtime): no second launch.",
+    )
+    args = parser.parse_args(argv)
+    run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
+    report = args.report or (RunDir(run_dir).preflight_report if run_dir else None)
+    code = run(args.size_mb, args.iterations, args.tolerance, report)
+    if code or not args.then_train:
+        return code
+    from hpctrain.runtime.__main__ import exit_now
+    from hpctrain.runtime.__main__ import main as train
+
+    exit_now(train())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,199 @@
+"""What the live cluster says about itself: parsers of scontrol/srun/sacctmgr output, and the calls.
+
+The parsers are pure functions of text (tested with hypothesis: any text gives a value or a
+SlurmParseError, never another exception); `ClusterFacts.read()` runs the commands once each.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from dataclasses import dataclass, field
+
+from hpctrain.errors import HpctrainError
+
+_KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.\-]*)=")
+_RANGE = re.compile(r"\[([^\[\]]*)\]")
+
+
+def is_number(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also accepts '¹', which int() refuses."""
+    return re.fullmatch(r"[0-9]+", text) is not None
+
+
+class SlurmParseError(HpctrainError):
+    """Output from a Slurm command that does not read as expected."""
+
+    exit_code = 1
+
+
+def parse_record(line: str) -> dict[str, str]:
+    """One `scontrol show ... -o` line: `Key=value Key=value with spaces ...` -> dict."""
+    matches = list(_KEY.finditer(line))
+    record: dict[str, str] = {}
+    for index, match in enumerate(matches):
+        end = matches[index + 1].start() if index + 1 < len(matches) else len(line)
+        record[match.group(1)] = line[match.end() : end].strip()
+    return record
+
+
+def parse_records(text: str, key: str) -> dict[str, dict[str, str]]:
+    """Every `-o` line that has `key` (NodeName, PartitionName), by that key's value."""
+    records = {}
+    for line in text.splitlines():
+        record = parse_record(line)
+        if record.get(key):
+            records[record[key]] = record
+    return records
+
+
+def expand_hostlist(text: str, limit: int = 100000) -> list[str]:
+    """`node[1-3,7],gpu01` -> node1 node2 node3 node7 gpu01 (the subset of Slurm's syntax clusters use)."""
+    names: list[str] = []
+    depth, start = 0, 0
+    pieces = []
+    for index, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            raise SlurmParseError(f"unbalanced brackets in host list {text!r}")
+        if char == "," and depth == 0:
+            pieces.append(text[start:index])
+            start = index + 1
+    if depth:
+        raise SlurmParseError(f"unbalanced brackets in host list {text!r}")
+    pieces.append(text[start:])
+    for piece in (p.strip() for p in pieces):
+        if not piece or piece == "(null)":
+            continue
+        match = _RANGE.search(piece)
+        if not match:
+            names.append(piece)
+            continue
+        head, tail = piece[: match.start()], piece[match.end() :]
+        for part in match.group(1).split(","):
+            low, _, high = part.partition("-")
+            if not is_number(low) or (high and not is_number(high)):
+                raise SlurmParseError(f"bad range {part!r} in host list {text!r}")
+            last = int(high) if high else int(low)
+            if last - int(low) > limit - len(names):
+                raise SlurmParseError(f"host list {text!r} is too long")
+            for number in range(int(low), last + 1):
+                names += expand_hostlist(f"{head}{str(number).zfill(len(low))}{tail}", limit - len(names))
+    return names
+
+
+def parse_gres(text: str, name: str = "gpu") -> tuple[int, str | None]:
+    """(count, type) of `name` in a node's Gres= (`gpu:h100:8(S:0-1),nvme:1`); (0, None) if absent."""
+    count, kind = 0, None
+    for item in re.split(r",(?![^()]*\))", text or ""):
+        fields = re.sub(r"\(.*?\)", "", item).strip().split(":")
+        if fields[0] != name or len(fields) < 2:
+            continue
+        number = re.match(r"^[0-9]+", fields[-1])
+        if not number:
+            raise SlurmParseError(f"gres {item!r} has no count")
+        count += int(number.group())
+        if len(fields) >= 3:
+            kind = fields[1]
+    return count, kind
+
+
+def parse_mpi_list(text: str) -> list[str]:
+    """Plugin names from `srun --mpi=list`: indented (or bare) lowercase words after a header line."""
+    plugins = []
+    for line in text.splitlines():
+        word = line.strip().split(" ")[0]
+        indented = line.startswith(("\t", " ")) or re.fullmatch(r"[a-z0-9_]+", line.strip())
+        if indented and word and re.fullmatch(r"[a-z0-9_]+", word):
+            plugins.append(word)
+    return plugins
+
+
+def parse_config(text: str) -> dict[str, str]:
+    """`scontrol show config`: `Key = value` lines."""
+    config = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition(" = ")
+        if sep and key.strip() and " " not in key.strip():
+            config[key.strip()] = value.strip()
+    return config
+
+
+def memory_text_mb(text: str) -> int:
+    """RealMemory (MB, an integer) -> int; anything else is a parse error."""
+    if not is_number(text.strip()):
+        raise SlurmParseError(f"memory {text!r} is not a number of megabytes")
+    return int(text.strip())
+
+
+def slurm_time(text: str) -> str | None:
+    """A partition MaxTime as the site profile writes it; None for UNLIMITED/INFINITE."""
+    value = text.strip()
+    if value.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
+        return None
+    from hpctrain.spec import time_minutes
+
+    try:
+        time_minutes(value)
+    except ValueError:
+        raise SlurmParseError(f"time limit {text!r} is not a Slurm time") from None
+    return value
+
+
+@dataclass
+class ClusterFacts:
+    """Everything the login node can read about the cluster, from one call of each command."""
+
+    partitions: dict[str, dict[str, str]]
+    nodes: dict[str, dict[str, str]]
+    config: dict[str, str]
+    mpi_plugins: list[str] = field(default_factory=list)
+    accounts: list[str] = field(default_factory=list)
+    qos: list[str] = field(default_factory=list)
+    accounting: bool = False
+
+    @classmethod
+    def read(cls, timeout: float = 30) -> ClusterFacts:
+        partitions = parse_records(command(["scontrol", "show", "partition", "-o"], timeout), "PartitionName")
+        nodes = parse_records(command(["scontrol", "show", "node", "-o"], timeout), "NodeName")
+        config = parse_config(command(["scontrol", "show", "config"], timeout))
+        try:
+            mpi = parse_mpi_list(command(["srun", "--mpi=list"], timeout, merge=True))
+        except HpctrainError:
+            mpi = []
+        facts = cls(partitions, nodes, config, mpi)
+        if "slurmdbd" in config.get("AccountingStorageType", ""):
+            try:
+                assoc = command(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,qos"], timeout)
+                rows = [line.split("|") for line in assoc.splitlines() if line.count("|") >= 2]
+                import getpass
+
+                user = getpass.getuser()
+                facts.accounts = sorted({r[0] for r in rows if r[1] == user})
+                facts.qos = sorted({q for r in rows if r[1] == user for q in r[2].split(",") if q})
+                facts.accounting = True
+            except HpctrainError:
+                facts.accounting = False
+        return facts
+
+    def partition_nodes(self, name: str) -> list[str]:
+        return expand_hostlist(self.partitions[name].get("Nodes", ""))
+
+    def default_partition(self) -> str | None:
+        return next((n for n, p in self.partitions.items() if p.get("Default") == "YES"), None)
+
+
+def command(argv: list[str], timeout: float = 30, merge: bool = False) -> str:
+    """Run a Slurm command; a missing binary, a timeout or a non-zero exit is one BackendError line."""
+    from hpctrain.errors import BackendError
+
+    try:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise BackendError(f"{argv[0]} not found: is this a Slurm login node?") from None
+    except subprocess.TimeoutExpired:
+        raise BackendError(f"{' '.join(argv)} did not answer within {timeout:.0f} s") from None
+    if proc.returncode != 0:
+        message = (proc.stderr or proc.stdout).strip().splitlines()
+        raise BackendError(f"{' '.join(argv)} failed: {message[-1] if message else proc.returncode}")
+    return proc.stdout + (proc.stderr if merge else "")
