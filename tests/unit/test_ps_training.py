@@ -7,7 +7,9 @@ parameter-server jobs take the runtime's bootstrap, metrics, result and failure 
 from __future__ import annotations
 
 import signal
+import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +25,29 @@ from tests import launcher
 
 DIGITS = "hpctrain.examples.digits:build"
 FAULTY = "tests.launcher:faulty"
-pytestmark = pytest.mark.timeout(240)
+# Generous: on the shared 2-core machine, starting 4 torch processes alone can take a minute.
+pytestmark = pytest.mark.timeout(480)
+STARTUP_S = 180
+_started: list[subprocess.Popen[bytes]] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_ranks() -> Iterator[None]:
+    """A failed assertion must not leave a test's ranks training in the background."""
+    yield
+    for proc in _started:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    _started.clear()
 
 
 def start(run_dir: Path, servers: int, workers: int, train: dict[str, Any], ps: dict[str, Any]) -> list:
     train = {"entrypoint": DIGITS, "log_every": 10, **train}
     launcher.ps_run_dir(run_dir, train.pop("entrypoint"), servers, workers, train, ps)
-    return launcher.start(run_dir, servers + workers)
+    procs = launcher.start(run_dir, servers + workers)
+    _started.extend(procs)
+    return procs
 
 
 def finish(run_dir: Path, procs: list, timeout_s: float = 180) -> list[int | None]:
@@ -135,7 +153,7 @@ def test_bounded_keeps_slow_worker_within_staleness(tmp_path: Path) -> None:
 def test_killed_worker_is_dropped_and_training_finishes(tmp_path: Path) -> None:
     train = {"steps": 300, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY, "options": {"delay_s": 0.01}}
     procs = start(tmp_path, 1, 2, train, {"mode": "async", "worker_timeout": 10})
-    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 2, 60)
+    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 2, STARTUP_S)
     procs[2].send_signal(signal.SIGKILL)
     codes = finish(tmp_path, procs)
     assert codes[:2] == [0, 0] and codes[2] == -signal.SIGKILL
@@ -167,7 +185,7 @@ def test_killed_server_fails_the_job_cleanly(tmp_path: Path) -> None:
     train = {"steps": 5000, "batch_size": 64, "lr": 2e-3, "timeout_s": 30}
     train.update(entrypoint=FAULTY, options={"delay_s": 0.01})
     procs = start(tmp_path, 2, 2, train, {"mode": "sync"})
-    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 1, 60)
+    assert launcher.wait_for(lambda: len(lines(tmp_path, "train")) >= 1, STARTUP_S)
     killed = time.time()
     procs[1].send_signal(signal.SIGKILL)
     codes = finish(tmp_path, procs, timeout_s=60)
