@@ -75,8 +75,13 @@ def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
     return [(key, text(value)) for key, value in mapping.items()]
 
 
-def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dict[str, Any]:
-    """Everything a template may use; computed here so templates stay free of logic."""
+def context(
+    resolved: Resolved, run_dir: Path, python: str | None = None, array_offset: int = 0
+) -> dict[str, Any]:
+    """Everything a template may use; computed here so templates stay free of logic.
+
+    `array_offset` is added to each array index: a sweep above MaxArraySize is several arrays.
+    """
     job, site = resolved.job, resolved.site
     res = job.resources
     part = site.partitions[resolved.partition]
@@ -122,12 +127,17 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "ps_partition": (ps.partition or resolved.partition) if ps else None,
         "ps_mem_mb": ps_mem_mb,
         "array": job.array,
+        "array_offset": array_offset,
         "dependency": job.dependency,
     }
 
 
 def render(
-    resolved: Resolved, run_dir: Path, python: str | None = None, template: str = "sbatch.sh.j2"
+    resolved: Resolved,
+    run_dir: Path,
+    python: str | None = None,
+    template: str = "sbatch.sh.j2",
+    array_offset: int = 0,
 ) -> str:
     """The batch script for `resolved`, whose outputs go to `run_dir`."""
     import jinja2
@@ -136,4 +146,4 @@ def render(
         tmpl = environment(str(template_dir())).get_template(template)
     except jinja2.TemplateNotFound as err:
         raise RenderError(f"template {err.name} not found in {template_dir()}") from None
-    return tmpl.render(**context(resolved, run_dir, python))
+    return tmpl.render(**context(resolved, run_dir, python, array_offset))

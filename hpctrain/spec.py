@@ -267,6 +267,34 @@ class Preemption(Base):
     requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
 
 
+class Sweep(Base):
+    """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
+
+    grid: Annotated[
+        dict[Annotated[str, Meta(pattern=r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)+$")], list[EnvValue]],
+        Meta(description="Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."),
+    ] = {}
+    random: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Run this many distinct combinations drawn from the grid, not all of them."),
+    ] = None
+    seed: Annotated[int, Meta(description="Seed of the random draw: the same seed, the same trials.")] = 0
+    max_parallel: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Trials running at once (the array's %K); unset = no limit."),
+    ] = None
+    metric: Annotated[
+        str,
+        Meta(
+            pattern=r"^[a-z_]+$",
+            description="Result field that ranks trials: eval_loss, eval_accuracy, final_loss...",
+        ),
+    ] = "eval_loss"
+    mode: Annotated[
+        Literal["min", "max"], Meta(description="Whether a lower or a higher metric is better.")
+    ] = "min"
+
+
 class JobSpec(Base):
     name: Annotated[str, Meta(pattern=NAME, description="Job name (letters, digits, . _ -).")]
     train: Annotated[Train, Meta(description="The training the runtime does.")]
@@ -293,6 +321,9 @@ class JobSpec(Base):
     preemption: Annotated[
         Preemption | None,
         Meta(description="Signal before the time limit, and requeue; site default if unset."),
+    ] = None
+    sweep: Annotated[
+        Sweep | None, Meta(description="Hyper-parameter sweep; submit with `hpctrain sweep`.")
     ] = None
 
     def __post_init__(self) -> None:
