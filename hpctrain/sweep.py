@@ -15,17 +15,16 @@ import os
 import random
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import msgspec
 
 from hpctrain import rundir, spec
-from hpctrain.backends import select_backend
-from hpctrain.backends.base import Backend
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.records import Index, Run
-from hpctrain.render import render, slurm_directive_path
-from hpctrain.submission import site_search_path, template_for
+
+if TYPE_CHECKING:
+    from hpctrain.backends.base import Backend
 
 SWEEP_FILE = "sweep.json"
 Value = str | int | float | bool
@@ -110,8 +109,18 @@ def expand(grid: dict[str, list[Value]], draw: int | None = None, seed: int = 0)
     elif draw > total:
         raise SpecError(f"sweep.random: {draw} trials asked, the grid has only {total} combinations")
     else:
-        numbers = sorted(random.Random(seed).sample(range(total), draw))
+        numbers = sorted(_draw(total, draw, random.Random(seed)))
     return [combination(grid, n) for n in numbers]
+
+
+def _draw(total: int, count: int, rng: random.Random) -> list[int]:
+    """`count` distinct numbers below `total`; a grid too large for `range` is drawn from by rejection."""
+    if total < 2**62:
+        return rng.sample(range(total), count)
+    picked: set[int] = set()
+    while len(picked) < count:  # count is far below total here: a repeat is rare
+        picked.add(rng.randrange(total))
+    return list(picked)
 
 
 def parse_grid_option(text: str) -> tuple[str, list[Value]]:
@@ -139,6 +148,8 @@ def resolve_trials(
     job_path: str | Path, site: str, overrides: list[str], cli_grid: list[str], **options: Any
 ) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
     """Every trial's resolved spec; the first trial the site refuses stops everything, named."""
+    from hpctrain.submission import site_search_path
+
     job = spec.load_job(job_path, overrides)
     site_profile = spec.load_site(site, site_search_path())
     chosen = settings(job, cli_grid, **options)
@@ -245,6 +256,9 @@ def submit(
     **options: Any,
 ) -> SweepRecord:
     """Validate every trial, write each one's spec, then one sbatch per chunk (all or nothing)."""
+    from hpctrain.backends import select_backend
+    from hpctrain.render import slurm_directive_path
+
     index = index or Index()
     backend = select_backend(backend_name)
     if backend.name == "local":
@@ -312,6 +326,9 @@ def chunk_script_name(chunk: ArrayChunk) -> str:
 
 def _submit_chunks(record: SweepRecord, first: spec.Resolved, root: Path, backend: Backend) -> None:
     """One sbatch per chunk; if one is refused, the chunks already queued are cancelled."""
+    from hpctrain.render import render
+    from hpctrain.submission import template_for
+
     template = template_for(backend.name)
     try:
         for chunk in record.arrays:

@@ -5,13 +5,15 @@ from __future__ import annotations
 import re
 from collections import Counter
 from pathlib import Path
+from typing import NamedTuple
 
 import msgspec
 
 from hpctrain import rundir
-from hpctrain.backends.base import JobState, slurm_state
+from hpctrain.backends.base import TERMINAL, JobState, slurm_state
 from hpctrain.sweep import SweepRecord, Value, trial_dir
 
+FINISHED_FILE = "trials-final.json"
 # `123_4`, or a pending range `123_[0-9%4]` / `123_[1,3-5]` as squeue without --array and sacct print.
 ELEMENT = re.compile(r"^(\d+)_(\d+|\[[0-9,\-%]+\])$")
 # Metrics lines that stand in for a result field while the trial still runs.
@@ -46,10 +48,18 @@ class SweepStatus(msgspec.Struct, kw_only=True):
     arrays: list[str]
 
 
-def element_states(record: SweepRecord, squeue: str, sacct: str = "") -> dict[int, tuple[str, str]]:
-    """Trial index -> (state, reason) from `ID|STATE|REASON` rows; squeue's rows win over sacct's."""
+class Polled(NamedTuple):
+    state: str
+    reason: str = ""
+    started: bool = True
+    """False for an element still inside a pending range (`123_[5-9]`): it has never run, so its run
+    directory holds nothing yet and is not read."""
+
+
+def element_states(record: SweepRecord, squeue: str, sacct: str = "") -> dict[int, Polled]:
+    """Trial index -> its state from `ID|STATE|REASON` rows; squeue's rows win over sacct's."""
     offsets = {c.job_id: c for c in record.arrays if c.job_id}
-    states: dict[int, tuple[str, str]] = {}
+    states: dict[int, Polled] = {}
     for text in (sacct, squeue):  # squeue last: it is the fresher
         for line in text.splitlines():
             parts = line.strip().split("|")
@@ -59,8 +69,9 @@ def element_states(record: SweepRecord, squeue: str, sacct: str = "") -> dict[in
                 continue
             state = slurm_state(parts[1]).value
             reason = parts[2] if len(parts) > 2 and parts[2] != "None" else ""
+            started = match.group(2).isdigit()
             for local in _indices(match.group(2), chunk.count):
-                states[chunk.offset + local] = (state, reason)
+                states[chunk.offset + local] = Polled(state, reason, started)
     return states
 
 
@@ -76,7 +87,7 @@ def _indices(text: str, count: int) -> list[int]:
     return out
 
 
-def poll(records: list[SweepRecord]) -> list[dict[int, tuple[str, str]]]:
+def poll(records: list[SweepRecord]) -> list[dict[int, Polled]]:
     """One squeue for every element of every array of every sweep; then sacct once, only for the
     arrays that have elements squeue no longer lists."""
     from hpctrain.backends.slurm_cli import SlurmCliBackend
@@ -85,7 +96,7 @@ def poll(records: list[SweepRecord]) -> list[dict[int, tuple[str, str]]]:
         return []
     cli = SlurmCliBackend()
     rows = cli._check(
-        cli._run(["squeue", "--me", "--states=all", "--array", "--noheader", "--format=%i|%T|%r"], "squeue"),
+        cli._run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%T|%r"], "squeue"),
         "squeue",
     )
     states = [element_states(record, rows) for record in records]
@@ -101,24 +112,26 @@ def poll(records: list[SweepRecord]) -> list[dict[int, tuple[str, str]]]:
     return states
 
 
-def trial_status(root: Path, record: SweepRecord, index: int, polled: tuple[str, str] | None) -> TrialStatus:
+def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | None) -> TrialStatus:
+    """A trial's state and metric: its result if it has one, else the tail of its metrics."""
     chunk = record.chunk_of(index)
-    trial = record.trials[index]
-    state, reason = polled or (JobState.UNKNOWN.value, "")
+    polled = polled or Polled(JobState.UNKNOWN.value)
     status = TrialStatus(
         index=index,
-        params=trial.params,
-        state=state,
-        reason=reason,
+        params=record.trials[index].params,
+        state=polled.state,
+        reason=polled.reason,
         job_id=f"{chunk.job_id}_{index - chunk.offset}",
     )
+    if not polled.started:
+        return status
     run = trial_dir(root, index)
     result = run.read_result()
     if isinstance(result, rundir.Result):
         status.step, status.steps = result.step, result.steps
         value = getattr(result, record.metric, None)
         status.metric = float(value) if isinstance(value, int | float) else None
-        if result.status == "completed" and state not in ("RUNNING", "PENDING"):
+        if result.status == "completed" and polled.state not in ("RUNNING", "PENDING"):
             status.state = JobState.COMPLETED.value
         return status
     if isinstance(result, rundir.Unreadable):
@@ -132,8 +145,30 @@ def trial_status(root: Path, record: SweepRecord, index: int, polled: tuple[str,
     return status
 
 
-def summarize(root: Path, record: SweepRecord, polled: dict[int, tuple[str, str]]) -> SweepStatus:
-    trials = [trial_status(root, record, t.index, polled.get(t.index)) for t in record.trials]
+class Finished(msgspec.Struct):
+    """trials-final.json: trials that cannot change any more, so a poll does not read them again."""
+
+    trials: dict[int, TrialStatus] = {}
+
+
+FINAL = frozenset(s.value for s in TERMINAL if s is not JobState.NODE_FAIL)  # NODE_FAIL is requeued
+
+
+def summarize(root: Path, record: SweepRecord, polled: dict[int, Polled]) -> SweepStatus:
+    cached = rundir.read_json(root / FINISHED_FILE, Finished, max_bytes=64 << 20)
+    finished = cached.trials if isinstance(cached, Finished) else {}
+    trials: list[TrialStatus] = []
+    new = False
+    for trial in record.trials:
+        status = finished.get(trial.index) or trial_status(root, record, trial.index, polled.get(trial.index))
+        if trial.index not in finished and status.state in FINAL:
+            finished[trial.index], new = status, True
+        trials.append(status)
+    if new:
+        try:
+            rundir.write_json(root / FINISHED_FILE, Finished(finished))
+        except OSError:
+            pass  # a cache: a read-only sweep directory only makes the next poll read more
     ranked = rank(trials, record.mode)
     return SweepStatus(
         sweep_id=record.sweep_id,
