@@ -87,9 +87,9 @@ def _indices(text: str, count: int) -> list[int]:
     return out
 
 
-def poll(records: list[SweepRecord]) -> list[dict[int, Polled]]:
+def poll(records: list[SweepRecord], finished: list[dict[int, TrialStatus]]) -> list[dict[int, Polled]]:
     """One squeue for every element of every array of every sweep; then sacct once, only for the
-    arrays that have elements squeue no longer lists."""
+    arrays with unfinished elements that squeue no longer lists."""
     from hpctrain.backends.slurm_cli import SlurmCliBackend
 
     if not records:
@@ -100,7 +100,11 @@ def poll(records: list[SweepRecord]) -> list[dict[int, Polled]]:
         "squeue",
     )
     states = [element_states(record, rows) for record in records]
-    gone = [r for r, s in zip(records, states, strict=True) if len(s) < len(r.trials)]
+    gone = [
+        record
+        for record, known, done in zip(records, states, finished, strict=True)
+        if any(t.index not in known and t.index not in done for t in record.trials)
+    ]
     ids = ",".join(c.job_id for r in gone for c in r.arrays if c.job_id)
     if ids:
         proc = cli._run(
@@ -154,9 +158,25 @@ class Finished(msgspec.Struct):
 FINAL = frozenset(s.value for s in TERMINAL if s is not JobState.NODE_FAIL)  # NODE_FAIL is requeued
 
 
-def summarize(root: Path, record: SweepRecord, polled: dict[int, Polled]) -> SweepStatus:
+def load_finished(root: Path) -> dict[int, TrialStatus]:
     cached = rundir.read_json(root / FINISHED_FILE, Finished, max_bytes=64 << 20)
-    finished = cached.trials if isinstance(cached, Finished) else {}
+    return cached.trials if isinstance(cached, Finished) else {}
+
+
+def survey(sweeps: list[tuple[Path, SweepRecord]]) -> list[SweepStatus]:
+    """Every trial of every sweep given, from one poll."""
+    finished = [load_finished(root) for root, _ in sweeps]
+    polled = poll([record for _, record in sweeps], finished)
+    return [
+        summarize(root, record, states, done)
+        for (root, record), states, done in zip(sweeps, polled, finished, strict=True)
+    ]
+
+
+def summarize(
+    root: Path, record: SweepRecord, polled: dict[int, Polled], finished: dict[int, TrialStatus] | None = None
+) -> SweepStatus:
+    finished = load_finished(root) if finished is None else finished
     trials: list[TrialStatus] = []
     new = False
     for trial in record.trials:

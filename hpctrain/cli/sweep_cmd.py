@@ -123,13 +123,9 @@ def _sweeps(keys: list[str], require: bool = True) -> list[tuple[Path, Any]]:
 
 
 def status(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.sweep_status import poll, rank, summarize
+    from hpctrain.sweep_status import rank, survey
 
-    found = _sweeps(keys)
-    polled = poll([record for _, record in found])
-    summaries = [
-        summarize(root, record, states) for (root, record), states in zip(found, polled, strict=True)
-    ]
+    summaries = survey(_sweeps(keys))
     if args.json:
         import msgspec
 
@@ -198,13 +194,13 @@ def cancel(keys: list[str], args: argparse.Namespace) -> int:
 
 def report(keys: list[str], args: argparse.Namespace) -> int:
     from hpctrain.cli.sweep_report import plot
-    from hpctrain.sweep_status import poll, summarize
+    from hpctrain.sweep_status import survey
 
     found = _sweeps(keys)
     if len(found) != 1:
         raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
-    (root, record) = found[0]
-    summary = summarize(root, record, poll([record])[0])
+    root, _ = found[0]
+    (summary,) = survey(found)
     out = plot(summary, args.out or root / "sweep-report.png")
     print(summary_line(summary))
     print(f"plot: {out}")

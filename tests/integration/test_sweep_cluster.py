@@ -25,15 +25,25 @@ FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY"}
 QUICK = ["--set", "train.steps=20", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0"]
 
 
+SUBMITTED: list[str] = []
+
+
 @pytest.fixture(autouse=True)
-def _cluster() -> None:
+def _cluster() -> Iterator[None]:
+    """The cluster must be up; a failed test leaves none of its arrays behind on the shared cluster."""
     require_cluster()
+    yield
+    if SUBMITTED:
+        subprocess.run(["scancel", *SUBMITTED], check=False)
+        SUBMITTED.clear()
 
 
 def sweep(*args: str) -> dict[str, Any]:
     proc = run_cli("sweep", *args, "--json")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    submitted = json.loads(proc.stdout)
+    SUBMITTED.extend(a["job_id"] for a in submitted["arrays"])
+    return submitted
 
 
 def sweep_status(sweep_id: str) -> dict[str, Any]:
