@@ -21,7 +21,7 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
-from hpctrain.records import Index, Run
+from hpctrain.records import SUBMIT_FAILED, Index, Run
 
 if TYPE_CHECKING:
     from hpctrain.backends.base import Backend
@@ -276,7 +276,7 @@ def submit(
     submitted_with = rundir.SubmitInfo(
         job=str(Path(job_path).resolve()),
         site=site,
-        overrides=[*(overrides or []), *(f"--grid {g}" for g in grid or [])],
+        overrides=overrides or [],
         backend=backend.name,
         cwd=str(Path.cwd()),
     )
@@ -294,7 +294,25 @@ def submit(
         trials=trials,
         arrays=chunks,
     )
-    _submit_chunks(record, resolved[0], root, backend)
+    rundir.write_json(root / SWEEP_FILE, record)  # before sbatch: no queued array without its record
+    try:
+        _submit_chunks(record, resolved[0], root, backend)
+    except BackendError as err:
+        index.add(
+            Run(
+                sweep_id,
+                None,
+                record.name,
+                record.site,
+                backend.name,
+                root,
+                record.submitted_at,
+                SUBMIT_FAILED,
+                record.submitted_at,
+                str(err),
+            )
+        )
+        raise BackendError(f"{err} (nothing of the sweep stays queued; its specs are in {root})") from None
     rundir.write_json(root / SWEEP_FILE, record)
     for position, chunk in enumerate(chunks):
         run_id = sweep_id if position == 0 else f"{sweep_id}+{chunk.offset}"
@@ -345,7 +363,6 @@ def _submit_chunks(record: SweepRecord, first: spec.Resolved, root: Path, backen
         queued = [c.job_id for c in record.arrays if c.job_id]
         if queued:
             backend.cancel(queued)
-        rundir.write_json(root / SWEEP_FILE, record)
         raise
 
 
