@@ -9,7 +9,6 @@ use indices 1001-2000). ``sweep.json`` in the root records the trials and the ar
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import random
@@ -157,13 +156,24 @@ def resolve_trials(
         raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
     base = msgspec.to_builtins(job)
     base.pop("sweep", None)
+    # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
+    # shorthand becomes its dims); then each trial only stores its typed values at the ends.
+    try:
+        spec.apply_overrides(base, [f"{key}=0" for key in chosen.grid], str(job_path))
+    except SpecError as err:
+        raise SpecError(f"sweep.grid: {err}".replace("--set ", "")) from None
     base_bytes = msgspec.json.encode(base)
     trials: list[Trial] = []
     resolved: list[spec.Resolved] = []
     for number, params in enumerate(expand(chosen.grid, chosen.random, chosen.seed)):
         data = msgspec.json.decode(base_bytes)
+        for key, value in params.items():
+            *sections, last = key.split(".")
+            node = data
+            for section in sections:
+                node = node[section]
+            node[last] = value
         try:
-            spec.apply_overrides(data, [f"{k}={json.dumps(v)}" for k, v in params.items()], str(job_path))
             trial_job = spec.decode(spec.JobSpec, data, str(job_path))
             resolved.append(spec.resolve(trial_job, site_profile, str(job_path), site))
         except SpecError as err:
@@ -269,9 +279,7 @@ def submit(
     sweep_id, root = index.new_run_dir(resolved[0].job.name)
     run = rundir.RunDir(root)
     for trial, trial_spec in zip(trials, resolved, strict=True):
-        element = run.element(trial.index)
-        element.logs.mkdir(parents=True)
-        element.spec.write_bytes(spec.dumps(trial_spec))
+        _write_trial_spec(str(run.element(trial.index).spec), spec.dumps(trial_spec))
     run.spec.write_bytes(spec.dumps(resolved[0]))
     submitted_with = rundir.SubmitInfo(
         job=str(Path(job_path).resolve()),
@@ -330,6 +338,17 @@ def submit(
             )
         )
     return record
+
+
+def _write_trial_spec(path: str, data: bytes) -> None:
+    """The element's folder and its spec.json, with bare system calls: a sweep pays this once per trial.
+    The batch script makes the element's logs/ itself."""
+    os.mkdir(os.path.dirname(path))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def cluster_limits_checked(backend: Backend, trials: int) -> int:
