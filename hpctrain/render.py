@@ -128,6 +128,7 @@ def context(
         "ps_mem_mb": ps_mem_mb,
         "array": job.array,
         "array_offset": array_offset,
+        "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "dependency": job.dependency,
     }
 

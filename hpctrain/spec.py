@@ -267,6 +267,17 @@ class Preemption(Base):
     requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
 
 
+class EarlyStop(Base):
+    """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
+
+    after_steps: Annotated[
+        int, Meta(ge=1, description="M: the first step at which trials are compared (an eval step).")
+    ]
+    min_trials: Annotated[
+        int, Meta(ge=2, description="Trials that must have reached a step before any is ended there.")
+    ] = 3
+
+
 class Sweep(Base):
     """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
 
@@ -293,6 +304,9 @@ class Sweep(Base):
     mode: Annotated[
         Literal["min", "max"], Meta(description="Whether a lower or a higher metric is better.")
     ] = "min"
+    early_stop: Annotated[
+        EarlyStop | None, Meta(description="End trials that fall behind (successive halving); unset = never.")
+    ] = None
 
 
 class JobSpec(Base):

@@ -154,8 +154,9 @@ def resolve_trials(
     chosen = settings(job, cli_grid, **options)
     if job.array:
         raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
+    _check_early_stop(chosen, job, str(job_path))
     base = msgspec.to_builtins(job)
-    base.pop("sweep", None)
+    base["sweep"] = msgspec.to_builtins(chosen)  # a trial's watcher reads early_stop from its own spec
     # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
     # shorthand becomes its dims); then each trial only stores its typed values at the ends.
     try:
@@ -180,6 +181,23 @@ def resolve_trials(
             raise SpecError(f"trial {number} ({describe(params)}): {err}") from None
         trials.append(Trial(number, params))
     return chosen, trials, resolved
+
+
+def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> None:
+    from hpctrain.sweep_prune import EVAL_FIELDS
+
+    if chosen.early_stop is None:
+        return
+    every, first = job.train.eval_every, chosen.early_stop.after_steps
+    if chosen.metric not in EVAL_FIELDS:
+        raise SpecError(
+            f"{origin}: sweep.metric: early stopping compares eval lines: use {' or '.join(EVAL_FIELDS)}"
+        )
+    if every == 0 or first % every:
+        raise SpecError(
+            f"{origin}: sweep.early_stop.after_steps: {first} must be a multiple of train.eval_every "
+            f"({every}): trials are compared on their evaluations"
+        )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import msgspec
 from hpctrain import rundir
 from hpctrain.backends.base import TERMINAL, JobState, slurm_state
 from hpctrain.sweep import SweepRecord, Value, trial_dir
+from hpctrain.sweep_prune import STOPPED_FILE, Stopped
 
 FINISHED_FILE = "trials-final.json"
 # `123_4`, or a pending range `123_[0-9%4]` / `123_[1,3-5]` as squeue without --array and sacct print.
@@ -130,6 +131,12 @@ def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | N
     if not polled.started:
         return status
     run = trial_dir(root, index)
+    if polled.state == JobState.CANCELLED.value:
+        stopped = rundir.read_json(run.root / STOPPED_FILE, Stopped)
+        if isinstance(stopped, Stopped):
+            status.state, status.reason = STOPPED, stopped.reason
+            status.step, status.metric = stopped.step, stopped.value
+            return status
     result = run.read_result()
     if isinstance(result, rundir.Result):
         status.step, status.steps = result.step, result.steps
@@ -155,7 +162,10 @@ class Finished(msgspec.Struct):
     trials: dict[int, TrialStatus] = {}
 
 
-FINAL = frozenset(s.value for s in TERMINAL if s is not JobState.NODE_FAIL)  # NODE_FAIL is requeued
+STOPPED = "STOPPED"  # ended by early stopping (sweep_prune), with its reason
+FINAL = frozenset(
+    {STOPPED} | {s.value for s in TERMINAL if s is not JobState.NODE_FAIL}
+)  # NODE_FAIL requeues
 
 
 def load_finished(root: Path) -> dict[int, TrialStatus]:

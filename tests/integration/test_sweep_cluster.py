@@ -250,3 +250,44 @@ def _trained_steps(element: Path) -> int:
 
 def _events(element: Path) -> list[str]:
     return [m["event"] for m in _lines(element) if m["kind"] == "event"]
+
+
+def test_early_stopping_ends_the_trials_that_fall_behind(hpctrain_home: Path) -> None:
+    slow = [
+        "--set",
+        "train.entrypoint=_runtime_job:slow_digits",
+        "--set",
+        "train.options.delay_s=0.05",
+        "--set",
+        f"env.PYTHONPATH={REPO}{os.pathsep}{HERE}",
+    ]
+    submitted = sweep(
+        str(JOBS / "digits-sweep.yaml"),
+        "--site",
+        "local",
+        *slow,
+        "--set",
+        "train.steps=120",
+        "--set",
+        "train.eval_every=20",
+        "--set",
+        "sweep.early_stop.after_steps=20",
+        "--set",
+        "sweep.early_stop.min_trials=3",
+        "--set",
+        "sweep.grid={}",
+        # Two good learning rates run first (two at a time); the two hopeless ones meet them at step 20.
+        "--grid",
+        "train.lr=0.01,0.003,1e-7,3e-8",
+        "--max-parallel",
+        "2",
+    )
+    summary = wait_done(submitted["sweep_id"])
+    states = [t["state"] for t in summary["trials"]]
+    assert states == ["COMPLETED", "COMPLETED", "STOPPED", "STOPPED"], summary["trials"]
+    root = Path(submitted["run_dir"])
+    for trial in summary["trials"][2:]:
+        record = json.loads((root / f"array-{trial['index']}" / "stopped.json").read_text())
+        assert record["step"] == 20 and record["peers"] >= 2 and record["value"] > record["median"]
+        assert "in the worse half" in trial["reason"]
+        assert not (root / f"array-{trial['index']}" / "result.json").exists()

@@ -95,7 +95,8 @@ def test_each_trial_gets_its_own_resolved_spec() -> None:
         assert one.job.train.lr == trial.params["train.lr"]
         assert one.job.train.batch_size == trial.params["train.batch_size"]
         assert one.job.train.seed == trial.params["train.seed"]
-        assert one.job.train.steps == 7 and one.job.sweep is None and one.job.array is None
+        assert one.job.train.steps == 7 and one.job.array is None
+        assert one.job.sweep is not None and one.job.sweep.max_parallel == 4
 
 
 def test_unknown_swept_field_is_a_spec_error() -> None:
@@ -227,3 +228,39 @@ def test_status_hook_leaves_other_keys_to_status(hpctrain_home: Path, keys: list
     from hpctrain.cli.sweep_cmd import status_hook
 
     assert status_hook(argparse.Namespace(jobs=keys, json=False, trials=False)) is None
+
+
+def test_early_stop_rungs_and_the_worse_half() -> None:
+    from hpctrain.sweep_prune import judge, rungs
+
+    assert rungs(20, 100) == [20, 40, 80] and rungs(50, 50) == []
+    assert judge(2.0, [1.0, 1.5], "min", 3) == 1.5
+    assert judge(1.0, [1.5, 2.0], "min", 3) is None
+    assert judge(0.5, [0.9, 0.8], "max", 3) == 0.8
+    assert judge(9.0, [1.0], "min", 3) is None  # too few peers to judge
+
+
+def test_early_stop_record_names_the_step_the_value_and_the_median(tmp_path: Path) -> None:
+    from hpctrain.sweep_prune import check
+
+    root = rundir.RunDir(tmp_path)
+    for index, loss in enumerate([0.4, 0.5, 2.3]):
+        element = root.element(index)
+        element.root.mkdir()
+        element.append_metric(rundir.metric_line("eval", step=20, loss=loss))
+    settings = spec.Sweep(early_stop=spec.EarlyStop(after_steps=20, min_trials=3))
+    stopped = check(root.element(2), settings, 20)
+    assert stopped is not None and (stopped.value, stopped.median, stopped.peers) == (2.3, 0.5, 2)
+    assert "eval_loss 2.3 at step 20 is in the worse half of the 3 trials there (median 0.5" in stopped.reason
+    assert check(root.element(0), settings, 20) is None
+    assert check(root.element(2), settings, 40) is None  # no evaluation at that step yet
+
+
+def test_early_stop_needs_evaluations_at_its_steps() -> None:
+    with pytest.raises(spec.SpecError, match=r"multiple of train\.eval_every"):
+        sweep.resolve_trials(
+            JOBS / "digits-sweep.yaml",
+            str(SITES / "local.yaml"),
+            ["sweep.early_stop.after_steps=25"],
+            ["train.seed=1,2"],
+        )
