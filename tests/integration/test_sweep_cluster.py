@@ -21,7 +21,7 @@ pytestmark = pytest.mark.cluster
 
 HERE = Path(__file__).resolve().parent
 QUEUE_TIMEOUT = 600  # the cluster is shared: trials may wait behind other tests' jobs
-FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY"}
+FINAL = {"COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "STOPPED"}
 QUICK = ["--set", "train.steps=20", "--set", "train.eval_every=0", "--set", "train.checkpoint_every=0"]
 
 
