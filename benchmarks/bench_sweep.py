@@ -78,9 +78,14 @@ def main() -> None:
     held = ["--set", f"dependency=afterok:{hold}"]
     arrays: list[str] = []
     try:
-        submit_wall, submit_cpu, per_submit_calls = [], [], []
+        submit_wall, submit_cpu, per_submit_calls, single_wall = [], [], [], []
         sweep_id = ""
+        single = [*cli, "submit", str(JOB), "--site", "local", "--json", *held]
         for _ in range(args.submits):
+            # A one-job `hpctrain submit` beside each sweep: the ratio holds when the machine is loaded.
+            wall, _, out = timed(single, env)
+            arrays.append(json.loads(out)["job_id"])
+            single_wall.append(wall)
             calls.write_text("")
             argv = [*cli, "sweep", str(JOB), "--site", "local", "--json", *grid_for(args.trials), *held]
             wall, cpu, out = timed(argv, env)
@@ -109,6 +114,11 @@ def main() -> None:
     print(
         f"  submit wall s: median {statistics.median(submit_wall):.2f} max {max(submit_wall):.2f}; "
         f"CPU s (user+sys): median {statistics.median(submit_cpu):.2f}"
+    )
+    one = statistics.median(single_wall)
+    print(
+        f"  one-job `hpctrain submit` beside it: {one * 1000:.0f} ms; "
+        f"sweep / one job = {statistics.median(submit_wall) / one:.1f}"
     )
     print(
         f"status of the {args.trials}-element sweep: {status_ms:.1f} ms, "
