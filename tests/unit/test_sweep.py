@@ -264,3 +264,12 @@ def test_early_stop_needs_evaluations_at_its_steps() -> None:
             ["sweep.early_stop.after_steps=25"],
             ["train.seed=1,2"],
         )
+
+
+def test_max_submit_jobs_refuses_a_sweep_that_would_go_over() -> None:
+    sweep.check_limits(10, sweep.Limits(max_array_size=1001))  # no accounting limit: anything goes
+    sweep.check_limits(10, sweep.Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+    with pytest.raises(spec.SpecError, match=r"11 trials would exceed this user's MaxSubmitJobs=12 \(2 jobs"):
+        sweep.check_limits(11, sweep.Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+    with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
+        sweep.plan_chunks(3, 0)
