@@ -11,6 +11,7 @@ from typing import Any
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
+from hpctrain.rundir import BATCH_LOG, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.spec import Resolved, memory_mb, time_minutes
 
 TEMPLATES = Path(__file__).resolve().parent.parent / "templates"
@@ -75,6 +76,17 @@ def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
     return [(key, text(value)) for key, value in mapping.items()]
 
 
+def batch_log_name(array: bool, array_offset: int = 0) -> str:
+    """The batch log's file name (Slurm pattern): `%a` restarts at 0 in each array of a chunked sweep,
+    so an array with an offset names its logs `batch-%a+OFFSET.log`."""
+    if not array:
+        return BATCH_LOG
+    if not array_offset:
+        return SLURM_ARRAY_BATCH_LOG
+    stem, _, suffix = SLURM_ARRAY_BATCH_LOG.rpartition(".")
+    return f"{stem}+{array_offset}.{suffix}"
+
+
 def context(
     resolved: Resolved, run_dir: Path, python: str | None = None, array_offset: int = 0
 ) -> dict[str, Any]:
@@ -128,8 +140,10 @@ def context(
         "ps_mem_mb": ps_mem_mb,
         "array": job.array,
         "array_offset": array_offset,
+        "batch_log": batch_log_name(bool(job.array), array_offset),
         "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "dependency": job.dependency,
+        "files": template_files(),
     }
 
 

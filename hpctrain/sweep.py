@@ -409,9 +409,11 @@ def trial_dir(root: Path, trial: int) -> rundir.RunDir:
 
 def trial_batch_log(root: Path, record: SweepRecord, trial: int) -> Path:
     """Slurm names an element's batch log by its index within its own array, plus that array's offset."""
+    from hpctrain.render import batch_log_name
+
     chunk = record.chunk_of(trial)
-    suffix = f"+{chunk.offset}" if chunk.offset else ""
-    return rundir.RunDir(root).logs / f"batch-{trial - chunk.offset}{suffix}.log"
+    pattern = batch_log_name(True, chunk.offset)
+    return rundir.RunDir(root).logs / pattern.replace("%a", str(trial - chunk.offset))
 
 
 def load(root: Path) -> SweepRecord | rundir.Unreadable | None:

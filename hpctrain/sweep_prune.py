@@ -53,8 +53,15 @@ def eval_at(run: rundir.RunDir, metric: str, step: int) -> float | None:
     field = EVAL_FIELDS.get(metric)
     if field is None:
         return None
-    lines = rundir.head_lines(run.metrics, 100_000)
-    for line in rundir.decode_lines([x for x in lines if '"eval"' in x], str(run.metrics)):
+    try:
+        with open(run.metrics, "rb") as handle:
+            data = handle.read(rundir.TAIL_BYTES)
+    except OSError:
+        return None
+    for raw in data.split(b"\n")[:-1]:  # the last piece may be a line still being written
+        if b'"eval"' not in raw:
+            continue
+        line = rundir.decode_line(raw, str(run.metrics))
         if isinstance(line, rundir.EvalLine) and line.step == step:
             value = getattr(line, field)
             return float(value) if value is not None else None

@@ -43,7 +43,8 @@ TERMINAL = frozenset(
 )
 
 # Every state squeue or sacct prints (22.05 to 24.11), folded into the enum. PREEMPTED stays
-# non-terminal: with --requeue a preempted job comes back.
+# non-terminal: with --requeue a preempted job comes back (the watcher ends it when the spec says
+# preemption.requeue: false).
 SLURM_STATES: dict[str, JobState] = {
     "PENDING": JobState.PENDING,
     "CONFIGURING": JobState.PENDING,
@@ -61,7 +62,8 @@ SLURM_STATES: dict[str, JobState] = {
     "COMPLETED": JobState.COMPLETED,
     "FAILED": JobState.FAILED,
     "BOOT_FAIL": JobState.FAILED,
-    "SPECIAL_EXIT": JobState.FAILED,
+    # A job that exited with the special exit code is requeued in a held state: not over.
+    "SPECIAL_EXIT": JobState.REQUEUED,
     "CANCELLED": JobState.CANCELLED,
     "REVOKED": JobState.CANCELLED,
     "TIMEOUT": JobState.TIMEOUT,
@@ -94,13 +96,57 @@ class JobInfo(msgspec.Struct):
     source: str = ""
     """Where the answer came from (squeue, sacct, scontrol, local, cache): for `status --json`."""
     extra: dict[str, str] = msgspec.field(default_factory=dict)
+    elements: dict[str, JobState] = msgspec.field(default_factory=dict)
+    """Array jobs: the state of each element by index (`4`, or `[5-9]` for still pending ones)."""
 
 
-def merge_component(found: dict[str, JobInfo], info: JobInfo) -> None:
-    """Hetjob components and array elements share a base id: keep the most telling state."""
+def array_element(raw_id: str) -> str | None:
+    """`123_4` -> `4`, `123_[5-9]` -> `[5-9]`; None for a job that is no array element."""
+    base, sep, element = raw_id.partition("_")
+    return element if sep and base and element else None
+
+
+def merge_component(found: dict[str, JobInfo], info: JobInfo, raw_id: str = "") -> None:
+    """Fold one row into the job of its base id.
+
+    Hetjob components: the most telling state wins. Array elements (`raw_id` like `123_4`): each
+    keeps its own state and the job's state is their fold, terminal only when every element is.
+    """
     current = found.get(info.job_id)
+    element = array_element(raw_id)
+    if element is not None:
+        states = {**(current.elements if current else {}), element: info.state}
+        worse = current is not None and _severity(current.state) >= _severity(info.state)
+        shown = current if worse and current is not None else info
+        found[info.job_id] = msgspec.structs.replace(
+            shown, elements=states, state=fold_elements(states.values())
+        )
+        return
     if current is None or _severity(info.state) > _severity(current.state):
         found[info.job_id] = info
+
+
+def fold_elements(states: Iterable[JobState], preempted_ends: bool = False) -> JobState:
+    """One state for a job array: while any element can still change, the most active of those;
+    once every element has ended, the most severe end."""
+    states = list(states)
+    if not states:
+        return JobState.UNKNOWN
+    done = TERMINAL | ({JobState.PREEMPTED} if preempted_ends else set())
+    live = [s for s in states if s not in done]
+    if live:
+        return max(live, key=ACTIVITY.index)
+    return max(states, key=_severity)
+
+
+# Among states that can still change, which one describes an array best (the last wins).
+ACTIVITY = [
+    JobState.UNKNOWN,
+    JobState.PREEMPTED,
+    JobState.PENDING,
+    JobState.REQUEUED,
+    JobState.RUNNING,
+]
 
 
 def _severity(state: JobState) -> int:

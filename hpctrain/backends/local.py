@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState
+from hpctrain.rundir import RunDir
 
 STATE_FILE = "local-job.json"
 
@@ -29,11 +30,11 @@ class LocalBackend(Backend):
     name = "local"
 
     def submit(self, script: Path, run_dir: Path) -> str:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "logs").mkdir(exist_ok=True)
-        exit_file = run_dir / "local-exit-code"
+        run = RunDir(run_dir)
+        run.logs.mkdir(parents=True, exist_ok=True)
+        exit_file = run.local_exit_code
         exit_file.unlink(missing_ok=True)
-        log = open(run_dir / "logs" / "batch.log", "ab")  # noqa: SIM115 - handed to the child
+        log = open(run.batch_log, "ab")  # noqa: SIM115 - handed to the child
         # The wrapper records the exit code even when the script fails, so poll can tell
         # COMPLETED from FAILED after the process is gone.
         wrapper = 'bash "$0"; code=$?; echo "$code" > "$1.tmp" && mv "$1.tmp" "$1"; exit "$code"'
@@ -70,11 +71,10 @@ class LocalBackend(Backend):
             if state is None:
                 found[job_id] = JobInfo(job_id, JobState.UNKNOWN, reason="no such local job", source="local")
                 continue
-            run_dir = Path(str(state["run_dir"]))
-            exit_file = run_dir / "local-exit-code"
-            if exit_file.exists():
-                code = exit_file.read_text().strip()
-                cancelled = (run_dir / "local-cancelled").exists()
+            run = RunDir(str(state["run_dir"]))
+            if run.local_exit_code.exists():
+                code = run.local_exit_code.read_text().strip()
+                cancelled = run.local_cancelled.exists()
                 job_state = (
                     JobState.CANCELLED
                     if cancelled
@@ -91,7 +91,7 @@ class LocalBackend(Backend):
                     source="local",
                 )
             else:
-                cancelled = (run_dir / "local-cancelled").exists()
+                cancelled = run.local_cancelled.exists()
                 found[job_id] = JobInfo(
                     job_id,
                     JobState.CANCELLED if cancelled else JobState.FAILED,
@@ -105,11 +105,11 @@ class LocalBackend(Backend):
             state = self._state(job_id)
             if state is None:
                 raise BackendError(f"no local job {job_id}")
-            run_dir = Path(str(state["run_dir"]))
+            run = RunDir(str(state["run_dir"]))
             # Like scancel on a finished job: an ended run keeps the state it ended in.
-            if (run_dir / "local-exit-code").exists() or not _alive(int(state["pid"])):  # type: ignore[call-overload]
+            if run.local_exit_code.exists() or not _alive(int(state["pid"])):  # type: ignore[call-overload]
                 continue
-            (run_dir / "local-cancelled").touch()
+            run.local_cancelled.touch()
             try:
                 os.killpg(int(state["pid"]), signal.SIGTERM)  # type: ignore[call-overload]
             except ProcessLookupError:

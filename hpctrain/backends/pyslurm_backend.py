@@ -326,7 +326,9 @@ def collect(jobs: Iterable[Any], wanted: set[str], source: str) -> dict[str, Job
     found: dict[str, JobInfo] = {}
     for job in jobs:
         if _base_id(job) in wanted:
-            merge_component(found, job_info(job, source))
+            task = getattr(job, "array_task_id", None)
+            element = f"{job.array_id}_{task}" if getattr(job, "array_id", None) and task is not None else ""
+            merge_component(found, job_info(job, source), element)
     return found
 
 

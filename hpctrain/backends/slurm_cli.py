@@ -142,7 +142,7 @@ def _parse_rows(text: str, wanted: set[str], source: str, third: str) -> dict[st
             extra={"slurm_state": state},
         )
         setattr(info, third, "" if third_value == "None" else third_value)
-        merge_component(found, info)
+        merge_component(found, info, raw_id)
     return found
 
 

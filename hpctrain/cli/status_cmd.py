@@ -5,13 +5,27 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from hpctrain.cli.common import ago, print_json, table
+from hpctrain.errors import HpctrainError
+
+if TYPE_CHECKING:
+    from hpctrain.records import Run
+    from hpctrain.rundir import RunDir
+    from hpctrain.watch import Progress, RunStatus
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
 RECENT_S = 24 * 3600
+# Failed ranks shown with their log tails; the rest are counted (a thousand dead ranks say no more).
+SHOWN_FAILURES = 8
+
+
+class NotTracked(HpctrainError):
+    """A job id or run id that hpctrain has no record of."""
+
+    exit_code = 1
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -27,46 +41,46 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="Machine-readable output.")
 
 
-def _select(args: argparse.Namespace) -> list[Any]:
+def select(keys: list[str], everything: bool = False) -> list[Run]:
+    """The runs named by job id or run id (some unknown: a warning; all unknown: an error), else recent."""
     from hpctrain.records import Index
-    from hpctrain.watch import TERMINAL_NAMES
+    from hpctrain.watch import ended
 
     index = Index()
-    if args.jobs:
-        runs, missing = index.find(args.jobs)
+    if keys:
+        runs, missing = index.find(keys)
         if missing:
-            print(
-                f"hpctrain: error: not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)",
-                file=sys.stderr,
-            )
+            message = f"not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)"
             if not runs:
-                raise SystemExit(1)
+                raise NotTracked(message)
+            print(f"hpctrain: warning: {message}", file=sys.stderr)
         return runs
     runs = index.runs()
-    if args.all:
+    if everything:
         return runs
     cutoff = time.time() - RECENT_S
-    return [r for r in runs if r.state not in TERMINAL_NAMES or r.state_at >= cutoff]
+    return [r for r in runs if not ended(r) or r.state_at >= cutoff]
 
 
 def run(args: argparse.Namespace) -> int:
-    runs = _select(args)
+    from hpctrain.records import SUBMIT_FAILED
+
+    runs = select(args.jobs, args.all)
     if not args.watch:
         statuses = poll_and_show(runs, args.json, detail=bool(args.jobs))
-        return 1 if any(s.state == "SUBMIT_FAILED" for s in statuses) and args.jobs else 0
+        return 1 if args.jobs and any(s.state == SUBMIT_FAILED for s in statuses) else 0
     final = wait_for(runs, quiet=args.json, interval=args.interval, detail=bool(args.jobs))
     if args.json:
         print_json([as_dict(s) for s in final])
     return 0
 
 
-def poll_and_show(runs: list[Any], as_json: bool, detail: bool = False) -> list[Any]:
+def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[RunStatus]:
     from hpctrain.records import Index
-    from hpctrain.watch import progress, refresh
+    from hpctrain.watch import observe
 
-    statuses = refresh(Index(), runs)
-    for status in statuses:
-        status.progress = progress(status.run.run_dir)
+    # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
+    statuses = observe(Index(), runs, brief=not as_json and not detail)
     if as_json:
         print_json([as_dict(s) for s in statuses])
     else:
@@ -75,44 +89,36 @@ def poll_and_show(runs: list[Any], as_json: bool, detail: bool = False) -> list[
 
 
 def wait_for(
-    runs: list[Any], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
-) -> list[Any]:
-    """Poll until every run is terminal; print the table when something changed."""
-    from hpctrain.records import Index
-    from hpctrain.watch import TERMINAL_NAMES, progress, refresh
+    runs: list[Run], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
+) -> list[RunStatus]:
+    """Poll until every run has ended; print the table when something changed."""
+    from hpctrain.watch import wait_until_done
 
-    interval = max(interval, MIN_INTERVAL_S)
     last: list[tuple[str, str]] | None = None
-    index = Index()
-    # The first poll comes quickly: short jobs often end within seconds of submission.
-    delay = 1.0
-    while True:
-        statuses = refresh(index, runs)
-        for status in statuses:
-            status.progress = progress(status.run.run_dir)
-        seen = [(s.run.run_id, s.state + str(_step(s))) for s in statuses]
-        done = all(s.state in TERMINAL_NAMES for s in statuses)
+
+    def on_poll(statuses: list[RunStatus], done: bool) -> None:
+        nonlocal last
+        seen = [(s.run.run_id, s.state + str(_step(s.progress))) for s in statuses]
         if not quiet and (seen != last or done):
             print(time.strftime("%H:%M:%S"))
             show(statuses, detail=detail and done)
             sys.stdout.flush()
         last = seen
-        if done:
-            return statuses
-        time.sleep(delay)
-        delay = min(interval, delay * 2)
+
+    return wait_until_done(runs, on_poll, interval)
 
 
-def _step(status: Any) -> Any:
-    return (status.progress.get("train") or {}).get("step")
+def _step(progress: Progress) -> int | None:
+    return progress.train.step if progress.train else None
 
 
-def as_dict(status: Any) -> dict[str, Any]:
-    run = status.run
-    info = status.info
-    from hpctrain.watch import failed_tasks
+def as_dict(status: RunStatus) -> dict[str, Any]:
+    import msgspec
 
-    data = {
+    from hpctrain.watch import FAILURE_NAMES, failed_tasks
+
+    run, info = status.run, status.info
+    data: dict[str, Any] = {
         "job_id": run.job_id,
         "run_id": run.run_id,
         "name": run.name,
@@ -126,14 +132,16 @@ def as_dict(status: Any) -> dict[str, Any]:
         "elapsed": info.elapsed if info else "",
         "exit_code": info.exit_code if info else "",
         "source": info.source if info else "cache",
-        "progress": status.progress,
+        "progress": msgspec.to_builtins(status.progress),
     }
-    if run.state in ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "CANCELLED", "TIMEOUT"):
-        data["failed_tasks"] = failed_tasks(run.run_dir)
+    if status.elements:
+        data["elements"] = msgspec.to_builtins(status.elements)
+    if run.state in FAILURE_NAMES:
+        data["failed_tasks"] = msgspec.to_builtins(failed_tasks(run.run_dir))
     return data
 
 
-def _fmt(value: Any, spec: str = ".4g") -> str:
+def _fmt(value: float | int | str | None, spec: str = ".4g") -> str:
     if value is None:
         return "-"
     try:
@@ -142,122 +150,180 @@ def _fmt(value: Any, spec: str = ".4g") -> str:
         return str(value)
 
 
-def summary_row(status: Any) -> list[str]:
-    run, info, prog = status.run, status.info, status.progress
-    train = prog.get("train") or {}
-    result = prog.get("result") or {}
-    step = result.get("step", result.get("final_step", train.get("step")))
-    steps = train.get("steps") or result.get("steps")
+def _row(job: str, name: str, state: str, prog: Progress, where: str, submitted: str) -> list[str]:
+    train, result, evaluation = prog.train, prog.result, prog.eval
+    step = result.step if result else (train.step if train else None)
+    steps = result.steps if result else (train.steps if train else None)
     progress_text = (
         f"{step}/{steps}" if step is not None and steps else (str(step) if step is not None else "-")
     )
-    loss = result.get("final_loss", train.get("loss"))
-    speed = train.get("tokens_per_s") or train.get("samples_per_s")
-    unit = "tok/s" if train.get("tokens_per_s") else "samples/s"
-    evaluation = prog.get("eval") or {}
-    accuracy = result.get(
-        "eval_accuracy", (result.get("eval") or {}).get("accuracy", evaluation.get("accuracy"))
-    )
-    where = (info.nodes if info and info.nodes else "") or run.reason
+    loss = result.final_loss if result and result.final_loss is not None else (train.loss if train else None)
+    speed = (train.tokens_per_s or train.samples_per_s) if train else None
+    unit = "tok/s" if train and train.tokens_per_s else "samples/s"
+    accuracy = result.eval_accuracy if result else None
+    if accuracy is None and evaluation is not None:
+        accuracy = evaluation.accuracy
     return [
-        str(run.job_id or "-"),
-        run.name,
-        run.state,
+        job,
+        name,
+        state,
         progress_text,
         _fmt(loss),
         f"{speed:.0f} {unit}" if speed else "-",
-        _fmt(accuracy, ".3f") if accuracy is not None else "-",
-        where[:40],
-        ago(run.submitted_at),
+        _fmt(accuracy, ".3f"),
+        _printable(where)[:40],
+        submitted,
     ]
 
 
-def show(statuses: list[Any], detail: bool = False) -> None:
+def summary_rows(status: RunStatus) -> list[list[str]]:
+    """The job's row, then one row per array element."""
+    run, info = status.run, status.info
+    where = (info.nodes if info and info.nodes else "") or run.reason
+    rows = [_row(str(run.job_id or "-"), run.name, run.state, status.progress, where, ago(run.submitted_at))]
+    for element in status.elements:
+        job = f"{run.job_id or '-'}_{element.index}"
+        rows.append(_row(job, f"  [{element.index}]", element.state, element.progress, "", ""))
+    return rows
+
+
+def show(statuses: list[RunStatus], detail: bool = False) -> None:
     if not statuses:
         print("No jobs tracked by hpctrain (submit one with `hpctrain submit`).")
         return
     header = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
-    print(table([summary_row(s) for s in statuses], header))
+    from hpctrain.records import SUBMIT_FAILED
+    from hpctrain.watch import FAILURE_NAMES
+
+    print(table([row for s in statuses for row in summary_rows(s)], header))
     for status in statuses:
-        _show_problems(status, detail)
+        prog, state = status.progress, status.state
+        # Most of a thousand ended runs have nothing more to say than their row.
+        if detail or status.elements or prog.unreadable or state in FAILURE_NAMES or state == SUBMIT_FAILED:
+            _show_problems(status, detail)
+        elif _is_parameter_server(prog):
+            _show_parameter_server(f"job {status.run.job_id}", prog)
 
 
-def _show_parameter_server(status: Any) -> None:
+def _printable(text: str) -> str:
+    """Text from files may hold terminal escapes or newlines: show them escaped, on one line."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
+def _is_parameter_server(prog: Progress) -> bool:
+    return bool((prog.result and prog.result.mode) or (prog.train and prog.train.mode))
+
+
+def _show_parameter_server(label: str, prog: Progress) -> None:
     """Staleness and per-worker throughput: what tells sync, bounded and async apart."""
-    prog = status.progress
-    train, result = prog.get("train") or {}, prog.get("result") or {}
-    mode = result.get("mode") or train.get("mode")
+    train, result = prog.train, prog.result
+    mode = (result.mode if result else None) or (train.mode if train else None)
     if not mode:
         return
-    mean = result.get("staleness_mean", train.get("staleness_mean"))
-    worst = result.get("staleness_max", train.get("staleness_max"))
-    alive = train.get("workers_alive")
-    line = f"  job {status.run.job_id}: parameter server ({mode}), staleness mean {_fmt(mean, '.2f')}"
-    line += f" max {worst}"
-    if alive is not None:
-        line += f", {alive} workers alive"
+    mean = result.staleness_mean if result and result.staleness_mean is not None else None
+    worst = result.staleness_max if result and result.staleness_max is not None else None
+    if train is not None:
+        mean = train.staleness_mean if mean is None else mean
+        worst = train.staleness_max if worst is None else worst
+    line = f"  {label}: parameter server ({_printable(mode)}), staleness mean {_fmt(mean, '.2f')}"
+    line += f" max {_fmt(worst, 'g')}"
+    if train is not None and train.workers_alive is not None:
+        line += f", {train.workers_alive} workers alive"
     print(line)
-    per_worker = result.get("per_worker") or prog.get("workers") or {}
-    for worker, info in sorted(per_worker.items(), key=lambda kv: int(kv[0])):
-        state = info.get("status", "running")
-        why = f" ({info['reason']})" if info.get("reason") else ""
-        loss = f", loss {_fmt(info['loss'])}" if "loss" in info else ""
-        print(f"    worker {worker}: {state}{why}, {_fmt(info.get('samples_per_s'), '.0f')} samples/s{loss}")
+    if result and result.per_worker:
+        for worker, stats in sorted(result.per_worker.items()):
+            why = f" ({_printable(stats.reason)})" if stats.reason else ""
+            loss = f", loss {_fmt(stats.loss)}" if stats.loss is not None else ""
+            print(
+                f"    worker {_printable(worker)}: {_printable(stats.status)}{why}, "
+                f"{_fmt(stats.samples_per_s, '.0f')} samples/s{loss}"
+            )
+        return
+    for number, latest in sorted(prog.workers.items()):
+        loss = f", loss {_fmt(latest.loss)}" if latest.loss is not None else ""
+        print(f"    worker {number}: running, {_fmt(latest.samples_per_s, '.0f')} samples/s{loss}")
 
 
-def _show_problems(status: Any, detail: bool) -> None:
-    from hpctrain.watch import failed_tasks, tail_lines
+def _show_problems(status: RunStatus, detail: bool) -> None:
+    from hpctrain.records import SUBMIT_FAILED
+    from hpctrain.rundir import RunDir
 
-    _show_parameter_server(status)
     run = status.run
-    if run.state == "SUBMIT_FAILED":
-        print(f"  {run.run_id}: not submitted: {run.reason} (script kept in {run.run_dir})")
+    if run.state == SUBMIT_FAILED:
+        print(f"  {run.run_id}: not submitted: {_printable(run.reason)} (script kept in {run.run_dir})")
         return
-    if run.state not in ("FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT"):
-        if detail:
-            _show_detail(status)
-        return
-    tasks = failed_tasks(run.run_dir)
-    reported = {str(f.get("rank")): f for f in status.progress.get("failures", [])}
-    for task in tasks:
-        rank = task["rank"]
-        cause = reported.get(rank, {}).get("error") or task["error"]
-        print(f"  job {run.job_id}: rank {rank} on {task['node']} failed: {cause}")
-        for line in tail_lines(run.run_dir / "logs" / f"rank-{rank}.log", 5):
-            print(f"    | {line}")
-    for rank, failure in reported.items():
-        if rank not in {t["rank"] for t in tasks}:
-            print(
-                f"  job {run.job_id}: rank {rank} on {failure.get('hostname', '?')} failed: "
-                f"{failure.get('error', '?')}"
-            )
-    if not tasks and not reported:
-        print(f"  job {run.job_id}: {run.state}; batch log: {run.run_dir / 'logs'}")
-    if detail:
-        _show_detail(status)
-
-
-def _show_detail(status: Any) -> None:
-    prog = status.progress
-    memory = prog.get("memory")
-    if memory:
-        ranks = memory.get("ranks") or {}
-        if ranks:
-            print(
-                "  memory per rank (MB): "
-                + ", ".join(
-                    f"{r}: params {_mb(m.get('params'))} grads {_mb(m.get('grads'))} "
-                    f"optim {_mb(m.get('optimizer'))} peak {_fmt(m.get('peak_mem_mb'), '.0f')}"
-                    for r, m in sorted(ranks.items(), key=lambda kv: int(kv[0]))
-                )
-            )
-    result = prog.get("result")
-    if result:
-        print(
-            "  result: " + ", ".join(f"{k}={_fmt(v)}" for k, v in result.items() if not isinstance(v, dict))
+    label = f"job {run.job_id}"
+    root = RunDir(run.run_dir)
+    # An array's own directory holds no training: its elements tell what failed.
+    failing = None if not status.elements else False
+    _show_run(label, root, run.state, status.progress, detail, failing)
+    for element in status.elements:
+        _show_run(
+            f"{label}_{element.index}", root.element(element.index), element.state, element.progress, detail
         )
-    print(f"  run directory: {status.run.run_dir}")
+    if detail:
+        print(f"  run directory: {run.run_dir}")
 
 
-def _mb(value: Any) -> str:
+def _show_run(
+    label: str, root: RunDir, state: str, prog: Progress, detail: bool, failing: bool | None = None
+) -> None:
+    """What went wrong (srun's word and the runtime's reports), unreadable files, and with `detail`
+    the memory and result of one run directory."""
+    from hpctrain.rundir import tail_lines
+    from hpctrain.watch import FAILURE_NAMES, failed_tasks
+
+    _show_parameter_server(label, prog)
+    for problem in prog.unreadable:
+        print(f"  {label}: {_printable(problem.replace(str(root.root) + '/', ''))}")
+    if failing is None:
+        failing = state in FAILURE_NAMES
+    if failing:
+        tasks = failed_tasks(root)
+        reported = {str(f.rank): f for f in prog.failures}
+        for task in tasks[:SHOWN_FAILURES]:
+            report = reported.get(task.rank)
+            cause = report.error if report else task.error
+            print(f"  {label}: rank {task.rank} on {_printable(task.node)} failed: {_printable(cause)}")
+            if task.rank.isdigit():
+                for line in tail_lines(root.rank_log(task.rank), 5):
+                    print(f"    | {_printable(line)}")
+        if len(tasks) > SHOWN_FAILURES:
+            print(
+                f"  {label}: and {len(tasks) - SHOWN_FAILURES} more failed tasks (status --json lists them)"
+            )
+        shown = {t.rank for t in tasks}
+        for rank, failure in list(reported.items())[:SHOWN_FAILURES]:
+            if rank not in shown:
+                where = failure.hostname or "?"
+                print(f"  {label}: rank {rank} on {_printable(where)} failed: {_printable(failure.error)}")
+        if not tasks and not reported:
+            print(f"  {label}: {state}; batch log: {root.batch_log}")
+    if detail:
+        _show_detail(prog)
+
+
+def _show_detail(prog: Progress) -> None:
+    if prog.memory:
+        print(
+            "  memory per rank (MB): "
+            + ", ".join(
+                f"{rank}: params {_mb(m.rank_bytes.get('params'))} grads {_mb(m.rank_bytes.get('grads'))} "
+                f"optim {_mb(m.rank_bytes.get('optimizer'))} peak {_fmt(m.peak_mem_mb, '.0f')}"
+                for rank, m in sorted(prog.memory.items())
+            )
+        )
+    if prog.result is not None:
+        import msgspec
+
+        fields = msgspec.to_builtins(prog.result)
+        print(
+            "  result: "
+            + ", ".join(
+                f"{k}={_printable(_fmt(v))}" for k, v in fields.items() if not isinstance(v, dict | list)
+            )
+        )
+
+
+def _mb(value: float | None) -> str:
     return "-" if value is None else f"{float(value) / 2**20:.1f}"

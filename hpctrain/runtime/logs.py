@@ -7,6 +7,8 @@ import os
 import sys
 from pathlib import Path
 
+from hpctrain.rundir import RunDir
+
 
 def redirect(run_dir: Path, rank: int) -> Path:
     """Append this process's stdout/stderr to ``$RUN/logs/rank-N.log`` (torchrun launches).
@@ -14,7 +16,7 @@ def redirect(run_dir: Path, rank: int) -> Path:
     dup2 on the file descriptors, so output of C++ code (NCCL, gloo) and child processes lands in
     the same file as Python's.
     """
-    path = run_dir / "logs" / f"rank-{rank}.log"
+    path = RunDir(run_dir).rank_log(rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stdout.flush()
     sys.stderr.flush()
@@ -37,7 +39,7 @@ def setup(rank: int, world_size: int, hostname: str) -> None:
 
 def write_pid(run_dir: Path, rank: int) -> Path:
     """``$RUN/pids/rank-N``: lets tests and operators find (and kill) one rank's process."""
-    path = run_dir / "pids" / f"rank-{rank}"
+    path = RunDir(run_dir).pid(rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()}\n")
     return path

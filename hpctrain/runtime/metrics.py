@@ -1,8 +1,7 @@
-"""The run directory's machine-readable outputs: metrics.jsonl lines, result.json, failure reports."""
+"""The runtime's writers of metrics lines, result.json and failure reports (shapes in hpctrain.rundir)."""
 
 from __future__ import annotations
 
-import json
 import resource
 import socket
 import sys
@@ -11,10 +10,10 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import torch
 
-METRICS = "metrics.jsonl"
-RESULT = "result.json"
+from hpctrain.rundir import FailureReport, MetricLine, Result, RunDir, append_line, metric_line
 
 # Dense bf16 tensor-core peaks (FLOP/s) by device-name fragment, for MFU; unknown GPUs get no MFU.
 PEAK_BF16_FLOPS = {
@@ -28,19 +27,28 @@ PEAK_BF16_FLOPS = {
 
 
 class Metrics:
-    """Appends JSON lines to ``$RUN/metrics.jsonl``; only rank 0 writes, other ranks no-op."""
+    """Appends lines to ``metrics.jsonl``; only rank 0 writes, other ranks no-op.
 
-    def __init__(self, run_dir: Path, rank: int) -> None:
-        self.path = run_dir / METRICS
+    With ``worker``, the lines go to that parameter-server worker's own file, whatever the rank.
+    """
+
+    def __init__(self, run_dir: Path, rank: int, worker: int | None = None) -> None:
+        run = RunDir(run_dir)
+        self.path = run.metrics if worker is None else run.worker_metrics(worker)
         self.rank = rank
+        self.enabled = rank == 0 or worker is not None
+        if self.enabled and worker is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
 
-    def write(self, kind: str, **fields: Any) -> None:
-        if self.rank != 0:
+    def write(self, kind: str | MetricLine, **fields: Any) -> None:
+        """``write("train", step=..., loss=...)`` or ``write(TrainLine(...))``: one line, one write."""
+        if not self.enabled:
             return
-        record = {"kind": kind, **fields, "time": round(time.time(), 3)}
+        line = metric_line(kind, **fields) if isinstance(kind, str) else kind
+        if line.time is None:
+            line.time = round(time.time(), 3)
         # One write of one line per record: `status` may read while we append.
-        with open(self.path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        append_line(self.path, line)
 
     def event(self, event: str, **fields: Any) -> None:
         self.write("event", event=event, **fields)
@@ -65,26 +73,27 @@ def peak_flops(device: torch.device) -> float | None:
     return None
 
 
-def write_result(run_dir: Path, result: dict[str, Any]) -> None:
-    tmp = run_dir / (RESULT + ".tmp")
-    tmp.write_text(json.dumps(result, indent=2) + "\n")
-    tmp.replace(run_dir / RESULT)
+def write_result(run_dir: Path, result: Result | dict[str, Any]) -> Path:
+    """``result.json``, atomically; a dict must have the fields of :class:`hpctrain.rundir.Result`."""
+    if isinstance(result, dict):
+        result = msgspec.convert(result, Result, strict=False)
+    return RunDir(run_dir).write_result(result)
+
+
+def failure_report(rank: int, error: BaseException, hostname: str = "") -> FailureReport:
+    """Who failed, where, and the last traceback line."""
+    frames = traceback.extract_tb(error.__traceback__)
+    last = frames[-1] if frames else None
+    return FailureReport(
+        rank=rank,
+        hostname=hostname or socket.gethostname(),
+        error_type=type(error).__name__,
+        message=str(error)[:2000],
+        where=f"{last.filename}:{last.lineno} in {last.name}: {last.line}" if last else None,
+        time=round(time.time(), 3),
+    )
 
 
 def write_failure(run_dir: Path, rank: int, error: BaseException, hostname: str = "") -> Path:
-    """``failures/rank-N.json``: who failed, where, and the last traceback line."""
-    frames = traceback.extract_tb(error.__traceback__)
-    last = frames[-1] if frames else None
-    report = {
-        "rank": rank,
-        "hostname": hostname or socket.gethostname(),
-        "error_type": type(error).__name__,
-        "message": str(error)[:2000],
-        "where": f"{last.filename}:{last.lineno} in {last.name}: {last.line}" if last else None,
-        "time": round(time.time(), 3),
-    }
-    folder = run_dir / "failures"
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"rank-{rank}.json"
-    path.write_text(json.dumps(report, indent=2) + "\n")
-    return path
+    """``failures/rank-N.json`` for this exception."""
+    return RunDir(run_dir).write_failure(failure_report(rank, error, hostname))

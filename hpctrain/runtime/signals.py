@@ -17,8 +17,7 @@ from types import FrameType
 import torch
 import torch.distributed as dist
 
-FLAG_FILE = "preempt.flag"
-REQUEST_FILE = "requeue.request"
+from hpctrain.rundir import RunDir
 
 
 def signal_number(name: str) -> signal.Signals:
@@ -47,7 +46,7 @@ class Preemption:
     """Tracks whether this job has been asked to stop, and agrees on it across ranks."""
 
     def __init__(self, run_dir: Path, signalled: threading.Event, rank: int, device: torch.device) -> None:
-        self.run_dir = run_dir
+        self.run_dir = RunDir(run_dir)
         self.rank = rank
         self.signalled = signalled
         # The flag lives on the CPU and agrees over gloo: reading a CUDA flag each step would
@@ -60,7 +59,7 @@ class Preemption:
         """Signal seen by this process, or (rank 0) the batch shell's flag file exists."""
         if self.signalled.is_set():
             return True
-        return self.rank == 0 and (self.run_dir / FLAG_FILE).exists()
+        return self.rank == 0 and self.run_dir.preempt_flag.exists()
 
     def poll(self) -> bool:
         """Call once per step on every rank: True when all ranks must stop now.
@@ -87,11 +86,18 @@ class Preemption:
 
 def clear_stale(run_dir: Path) -> None:
     """Rank 0 on start: a flag or request from the previous run must not stop this one."""
-    for name in (FLAG_FILE, REQUEST_FILE):
-        (run_dir / name).unlink(missing_ok=True)
+    run = RunDir(run_dir)
+    run.preempt_flag.unlink(missing_ok=True)
+    run.requeue_request.unlink(missing_ok=True)
 
 
 def request_requeue(run_dir: Path, step: int) -> None:
     """Rank 0 after the preemption checkpoint: ask the batch script to `scontrol requeue`."""
-    (run_dir / REQUEST_FILE).write_text(f"{step}\n")
-    (run_dir / FLAG_FILE).unlink(missing_ok=True)
+    run = RunDir(run_dir)
+    run.requeue_request.write_text(f"{step}\n")
+    run.preempt_flag.unlink(missing_ok=True)
+
+
+def clear_flag(run_dir: Path) -> None:
+    """Rank 0 after a preemption without requeue: the flag has been answered."""
+    RunDir(run_dir).preempt_flag.unlink(missing_ok=True)

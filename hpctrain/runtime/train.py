@@ -21,6 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
+from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
 from hpctrain.runtime import data, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
@@ -184,24 +185,22 @@ class Trainer:
         steps = len(losses)
         step_time = interval_s / steps
         samples_per_s = self.train.batch_size / step_time
-        line: dict[str, Any] = {
-            "step": self.step,
-            "steps": self.train.steps,
-            "loss": round(loss, 6),
-            "lr": lr,
-            "samples_per_s": round(samples_per_s, 2),
-            "step_time_s": round(step_time, 5),
-            "peak_mem_mb": peak_mem_mb(self.strategy.device),
-        }
+        line = TrainLine(
+            step=self.step,
+            steps=self.train.steps,
+            loss=round(loss, 6),
+            lr=lr,
+            samples_per_s=round(samples_per_s, 2),
+            step_time_s=round(step_time, 5),
+            peak_mem_mb=peak_mem_mb(self.strategy.device),
+        )
         if self.task.tokens_per_sample:
             tokens_per_s = samples_per_s * self.task.tokens_per_sample
-            line["tokens_per_s"] = round(tokens_per_s, 1)
+            line.tokens_per_s = round(tokens_per_s, 1)
             peak = peak_flops(self.strategy.device)
             if peak and self.task.flops_per_token:
-                line["mfu"] = round(
-                    tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4
-                )
-        self.metrics.write("train", **line)
+                line.mfu = round(tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4)
+        self.metrics.write(line)
         log.info(
             "step %d/%d loss %.4f lr %.3g %.1f samples/s",
             self.step,
@@ -212,15 +211,15 @@ class Trainer:
         )
 
     def _memory_report(self) -> None:
-        report = {
-            "rank": self.rank,
-            "rank_bytes": self.strategy.memory_report(self.optimizer),
-            "peak_mem_mb": peak_mem_mb(self.strategy.device),
-        }
+        report = MemoryLine(
+            rank=self.rank,
+            rank_bytes=self.strategy.memory_report(self.optimizer),
+            peak_mem_mb=peak_mem_mb(self.strategy.device),
+        )
         gathered: list[Any] = [None] * self.dist.world_size if self.rank == 0 else []
         dist.gather_object(report, gathered if self.rank == 0 else None, dst=0)
         for item in gathered:
-            self.metrics.write("memory", **item)
+            self.metrics.write(item)
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
@@ -314,7 +313,7 @@ class Trainer:
             if requeue:
                 signals.request_requeue(self.run_dir, self.step)
             else:
-                (self.run_dir / signals.FLAG_FILE).unlink(missing_ok=True)
+                signals.clear_flag(self.run_dir)
         self.metrics.event("preempted", step=self.step, requeue=requeue)
         return "preempted"
 
@@ -323,25 +322,25 @@ class Trainer:
             return
         state = self.strategy.export_state_dict()
         if state is not None:
-            torch.save(state, self.run_dir / "final_model.pt")
+            torch.save(state, RunDir(self.run_dir).final_model)
 
     def _finish(self, evaluation: dict[str, float], train_time: float, steps_run: int) -> None:
         if self.rank != 0:
             return
         steady = self.step_times[1:] or self.step_times
-        result = {
-            "status": "completed",
-            "step": self.step,
-            "steps": self.train.steps,
-            "final_loss": self.last_loss,
-            "eval_loss": evaluation.get("loss"),
-            "eval_accuracy": evaluation.get("accuracy"),
-            "wall_time_s": round(time.perf_counter() - self.started, 3),
-            "train_time_s": round(train_time, 3),
-            "samples_per_s": round(steps_run * self.train.batch_size / train_time, 2) if train_time else None,
-            "step_time_median_s": round(statistics.median(steady), 6) if steady else None,
-            "layout": layout_module(self.resolved),
-            "world_size": self.dist.world_size,
-        }
+        result = Result(
+            step=self.step,
+            steps=self.train.steps,
+            final_loss=self.last_loss,
+            eval_loss=evaluation.get("loss"),
+            eval_accuracy=evaluation.get("accuracy"),
+            wall_time_s=round(time.perf_counter() - self.started, 3),
+            train_time_s=round(train_time, 3),
+            samples=steps_run * self.train.batch_size,
+            samples_per_s=round(steps_run * self.train.batch_size / train_time, 2) if train_time else None,
+            step_time_median_s=round(statistics.median(steady), 6) if steady else None,
+            layout=layout_module(self.resolved),
+            world_size=self.dist.world_size,
+        )
         write_result(self.run_dir, result)
-        self.metrics.event("done", step=self.step, wall_time_s=result["wall_time_s"])
+        self.metrics.write(EventLine(event="done", step=self.step, wall_time_s=result.wall_time_s))

@@ -113,8 +113,8 @@ def test_killed_rank_fails_the_job_quickly(tmp_path: Path) -> None:
     assert state == "FAILED", f"{state} after {time.monotonic() - killed:.0f} s\n{show_logs(run)}"
     assert time.monotonic() - killed < 60
     # What `hpctrain status` reports: srun's own line names the dead rank and its node.
-    dead = [t for t in failed_tasks(run) if t["rank"] == "1"]
-    assert dead and dead[0]["node"] in ("node1", "node2"), show_logs(run)
+    dead = [t for t in failed_tasks(run) if t.rank == "1"]
+    assert dead and dead[0].node in ("node1", "node2"), show_logs(run)
 
 
 def test_corrupt_newest_checkpoint_falls_back(tmp_path: Path) -> None:

@@ -1,0 +1,339 @@
+"""The run-directory contract: every path of a run, the struct of each file, atomic writers, total readers.
+
+The runtime writes these files and the login-side CLI reads them, both through this package
+(torch-free): paths and RunDir here, the structs in ``structs.py``, reading and writing in ``io.py``.
+Readers never raise: a file that is missing reads as ``None``, one that does not decode as
+:class:`Unreadable` with a one-line reason. Reads are bounded in bytes, so one huge or hostile file
+costs the same as a small one.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from hpctrain.rundir.io import (
+    FIRST_WINDOW,
+    HEAD_BYTES,
+    MAX_JSON_BYTES,
+    MAX_LINE_BYTES,
+    MAX_LISTED,
+    TAIL_BYTES,
+    append_line,
+    decode,
+    decode_line,
+    head_and_tail,
+    list_names,
+    metric_line,
+    numbered,
+    read_json,
+    tail_lines,
+    write_json,
+)
+from hpctrain.rundir.structs import (
+    METRIC_KINDS,
+    EvalLine,
+    EventLine,
+    ExitCode,
+    FailureReport,
+    Heartbeat,
+    MemoryLine,
+    MetricLine,
+    RankBeat,
+    Record,
+    Result,
+    SpecSummary,
+    SubmitInfo,
+    TrainLine,
+    Unreadable,
+    WorkerStats,
+)
+
+# ---------------------------------------------------------------------------------------------
+# File names: each spelled here once.
+# ---------------------------------------------------------------------------------------------
+
+SPEC = "spec.json"
+SCRIPT = "job.sbatch"
+SUBMIT = "submit.json"
+RECORD = "record.json"
+METRICS = "metrics.jsonl"
+RESULT = "result.json"
+FAILURES = "failures"
+LOGS = "logs"
+BATCH_LOG = "batch.log"
+PIDS = "pids"
+EXIT_CODES = "exit-codes"
+PREEMPT_FLAG = "preempt.flag"
+REQUEUE_REQUEST = "requeue.request"
+CHECKPOINTS = "checkpoints"
+WORKER_METRICS = "metrics"
+HEARTBEATS = "heartbeats"
+FINAL_MODEL = "final_model.pt"
+LOCAL_EXIT_CODE = "local-exit-code"
+LOCAL_CANCELLED = "local-cancelled"
+ARRAY_PREFIX = "array-"
+
+# Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
+SLURM_RANK_LOG = "rank-%t.log"
+SLURM_NODE_LOG = "node-%n.log"
+SLURM_ARRAY_BATCH_LOG = "batch-%a.log"
+
+
+def rank_log_name(rank: int | str) -> str:
+    return f"rank-{rank}.log"
+
+
+def template_files() -> dict[str, str]:
+    """The names the batch-script templates use, passed as the render context's ``files``."""
+    return {
+        "logs": LOGS,
+        "spec": SPEC,
+        "batch_log": BATCH_LOG,
+        "array_batch_log": SLURM_ARRAY_BATCH_LOG,
+        "rank_log": SLURM_RANK_LOG,
+        "node_log": SLURM_NODE_LOG,
+        "array_prefix": ARRAY_PREFIX,
+        "preempt_flag": PREEMPT_FLAG,
+        "requeue_request": REQUEUE_REQUEST,
+        "exit_codes": EXIT_CODES,
+    }
+
+
+# ---------------------------------------------------------------------------------------------
+# The run directory.
+# ---------------------------------------------------------------------------------------------
+
+
+class _File:
+    """A path of the run directory as an attribute: ``run.result`` is ``run.root / RESULT``."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __get__(self, run: RunDir, owner: type | None = None) -> Path:
+        return run.root / self.name
+
+
+class RunDir:
+    """One run directory (or one array element's); every path of it, and its typed files."""
+
+    def __init__(
+        self,
+        root: Path | str,
+        element_of: RunDir | None = None,
+        index: int | None = None,
+        snapshot: bool = False,
+    ) -> None:
+        self.root = root if isinstance(root, Path) else Path(root)
+        self._root = os.fspath(root)
+        self.element_of = element_of
+        self.index = index
+        self.snapshot = snapshot
+        self._names: frozenset[str] | None = None
+
+    @property
+    def names(self) -> frozenset[str]:
+        """What the directory holds. With `snapshot`, listed once for the object's life: a poll
+        over a thousand run directories then skips what is absent without trying to open it."""
+        if self._names is not None:
+            return self._names
+        names = frozenset(list_names(self.root))
+        if self.snapshot:
+            self._names = names
+        return names
+
+    def __repr__(self) -> str:
+        return f"RunDir({str(self.root)!r})"
+
+    def __fspath__(self) -> str:
+        return str(self.root)
+
+    # -- paths ---------------------------------------------------------------------------------
+    spec = _File(SPEC)
+    script = _File(SCRIPT)
+    submit_info = _File(SUBMIT)
+    record = _File(RECORD)
+    metrics = _File(METRICS)
+    result = _File(RESULT)
+    failures = _File(FAILURES)
+    logs = _File(LOGS)
+    pids = _File(PIDS)
+    exit_codes = _File(EXIT_CODES)
+    preempt_flag = _File(PREEMPT_FLAG)
+    requeue_request = _File(REQUEUE_REQUEST)
+    checkpoints = _File(CHECKPOINTS)
+    worker_metrics_dir = _File(WORKER_METRICS)
+    heartbeats = _File(HEARTBEATS)
+    final_model = _File(FINAL_MODEL)
+    local_exit_code = _File(LOCAL_EXIT_CODE)
+    local_cancelled = _File(LOCAL_CANCELLED)
+
+    def _file(self, name: str) -> str:
+        """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""
+        return f"{self._root}/{name}"
+
+    def failure(self, rank: int) -> Path:
+        return self.failures / f"rank-{rank}.json"
+
+    def rank_log(self, rank: int | str) -> Path:
+        return self.logs / rank_log_name(rank)
+
+    def node_log(self, node: str) -> Path:
+        return self.logs / f"node-{node}.log"
+
+    def pid(self, rank: int) -> Path:
+        return self.pids / f"rank-{rank}"
+
+    def worker_metrics(self, worker: int) -> Path:
+        return self.worker_metrics_dir / f"worker-{worker}.jsonl"
+
+    def heartbeat(self, node: str) -> Path:
+        return self.heartbeats / f"node-{node}.json"
+
+    @property
+    def batch_log(self) -> Path:
+        """The batch script's log; an array element's lives in the array's logs/ as batch-N.log."""
+        if self.element_of is not None:
+            return self.element_of.logs / f"batch-{self.index}.log"
+        return self.logs / BATCH_LOG
+
+    def batch_logs(self) -> list[Path]:
+        if self.element_of is not None:
+            return [self.batch_log]
+        return [self.logs / n for n in list_names(self.logs) if n.startswith("batch") and n.endswith(".log")]
+
+    def log_files(self) -> list[Path]:
+        return [self.logs / n for n in list_names(self.logs) if n.endswith(".log")]
+
+    def element(self, index: int) -> RunDir:
+        return RunDir(
+            self.root / f"{ARRAY_PREFIX}{index}", element_of=self, index=index, snapshot=self.snapshot
+        )
+
+    def elements(self) -> list[int]:
+        """Indices of the array elements that have started (made their folder)."""
+        return sorted(i for i, _ in numbered(sorted(self.names), ARRAY_PREFIX))
+
+    # -- writers -------------------------------------------------------------------------------
+    def write_result(self, result: Result) -> Path:
+        self._names = None
+        return write_json(self.result, result)
+
+    def write_failure(self, report: FailureReport) -> Path:
+        self._names = None
+        self.failures.mkdir(parents=True, exist_ok=True)
+        return write_json(self.failure(report.rank), report)
+
+    def write_record(self, record: Record) -> Path:
+        self._names = None
+        return write_json(self.record, record)
+
+    def write_heartbeat(self, beat: Heartbeat) -> Path:
+        self._names = None
+        self.heartbeats.mkdir(parents=True, exist_ok=True)
+        return write_json(self.heartbeat(beat.node), beat)
+
+    def append_metric(self, line: MetricLine) -> None:
+        self._names = None
+        append_line(self.metrics, line)
+
+    # -- readers (total) -----------------------------------------------------------------------
+    def read_result(self) -> Result | Unreadable | None:
+        if self._names is not None and RESULT not in self._names:
+            return None
+        return read_json(self._file(RESULT), Result)
+
+    def read_spec_summary(self) -> SpecSummary | Unreadable | None:
+        return read_json(self.spec, SpecSummary, max_bytes=4 * MAX_JSON_BYTES)
+
+    def read_record(self) -> Record | Unreadable | None:
+        return read_json(self.record, Record)
+
+    def read_submit_info(self) -> SubmitInfo | Unreadable | None:
+        return read_json(self.submit_info, SubmitInfo)
+
+    def read_failures(self, limit: int = 64) -> list[FailureReport | Unreadable]:
+        """Up to `limit` failure reports (a thousand dead ranks tell no more than the first few)."""
+        if FAILURES not in self.names:
+            return []
+        names = [n for n in list_names(self.failures) if n.endswith(".json")][:limit]
+        found = [read_json(self.failures / n, FailureReport) for n in names]
+        return [f for f in found if f is not None]
+
+    def read_heartbeats(self, limit: int = MAX_LISTED) -> list[Heartbeat | Unreadable]:
+        names = [n for n in list_names(self.heartbeats) if n.endswith(".json")][:limit]
+        found = [read_json(self.heartbeats / n, Heartbeat) for n in names]
+        return [f for f in found if f is not None]
+
+    def metric_lines(self, head: int = 64, tail: int = 40) -> tuple[list[bytes], list[bytes]]:
+        """The first `head` and last `tail` whole lines of metrics.jsonl, undecoded, none in both."""
+        if METRICS not in self.names:
+            return [], []
+        return head_and_tail(self.metrics, head, tail)
+
+    def read_metrics(self, head: int = 64, tail: int = 40) -> list[MetricLine | Unreadable]:
+        """The first `head` and the last `tail` whole lines, decoded, in file order (blank ones skipped)."""
+        first, last = self.metric_lines(head, tail)
+        where = str(self.metrics)
+        return [decode_line(line, where) for line in first + last if line.strip()]
+
+    def read_worker_metrics(self) -> dict[int, TrainLine | Unreadable]:
+        """The latest line of each parameter-server worker's metrics file."""
+        out: dict[int, TrainLine | Unreadable] = {}
+        if WORKER_METRICS not in self.names:
+            return out
+        for worker, name in numbered(list_names(self.worker_metrics_dir), "worker-", ".jsonl"):
+            path = self.worker_metrics_dir / name
+            lines = tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True)
+            latest = decode_line(lines[-1].encode(), str(path)) if lines else None
+            if isinstance(latest, TrainLine | Unreadable):
+                out[worker] = latest
+        return out
+
+    def read_exit_codes(self) -> list[ExitCode]:
+        """Every well-formed `JOBID STATUS` line of exit-codes (others are skipped)."""
+        out = []
+        for line in tail_lines(self.exit_codes, 64, limit=16 << 10):
+            parts = line.split()
+            if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+                out.append(ExitCode(parts[0], parts[1]))
+        return out
+
+
+__all__ = [
+    "FIRST_WINDOW",
+    "HEAD_BYTES",
+    "MAX_JSON_BYTES",
+    "MAX_LINE_BYTES",
+    "MAX_LISTED",
+    "METRIC_KINDS",
+    "TAIL_BYTES",
+    "EvalLine",
+    "EventLine",
+    "ExitCode",
+    "FailureReport",
+    "Heartbeat",
+    "MemoryLine",
+    "MetricLine",
+    "RankBeat",
+    "Record",
+    "Result",
+    "RunDir",
+    "SpecSummary",
+    "SubmitInfo",
+    "TrainLine",
+    "Unreadable",
+    "WorkerStats",
+    "append_line",
+    "decode",
+    "decode_line",
+    "head_and_tail",
+    "list_names",
+    "metric_line",
+    "numbered",
+    "read_json",
+    "tail_lines",
+    "template_files",
+    "write_json",
+]

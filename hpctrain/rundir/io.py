@@ -1,0 +1,227 @@
+"""Atomic writers and total, bounded readers of run-directory files: never an exception, never a hang."""
+
+from __future__ import annotations
+
+import os
+import stat
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from hpctrain.rundir.structs import METRIC_KINDS, EventLine, MetricLine, Unreadable
+
+# Bounds of every read: a hostile or runaway file costs no more than this.
+MAX_JSON_BYTES = 1 << 20
+MAX_LINE_BYTES = 64 << 10
+TAIL_BYTES = 256 << 10
+HEAD_BYTES = 64 << 10
+MAX_LISTED = 4096
+
+T = TypeVar("T")
+_encoder = msgspec.json.Encoder()
+_line_decoder = msgspec.json.Decoder(MetricLine)
+_DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError, TypeError)
+
+
+def write_json(path: Path, value: msgspec.Struct) -> Path:
+    """Atomically: a unique temp name then a rename, so concurrent writers and readers never see half."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
+    try:
+        tmp.write_bytes(msgspec.json.format(_encoder.encode(value)) + b"\n")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return path
+
+
+def append_line(path: Path, value: msgspec.Struct) -> None:
+    """One write of one whole line: a reader tailing the file sees whole lines or a partial last one."""
+    data = _encoder.encode(value) + b"\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
+
+
+def metric_line(kind: str, **fields: Any) -> MetricLine:
+    """Build a metrics line from keywords; an event's unnamed keywords go to its ``detail``."""
+    cls = METRIC_KINDS.get(kind)
+    if cls is None:
+        raise ValueError(f"unknown metrics kind {kind!r} (one of {', '.join(METRIC_KINDS)})")
+    known = set(cls.__struct_fields__)
+    extra = {k: v for k, v in fields.items() if k not in known}
+    if extra and cls is not EventLine:
+        raise TypeError(f"{kind} lines have no field {', '.join(sorted(extra))}")
+    fields = {k: v for k, v in fields.items() if k in known}
+    if extra:
+        fields["detail"] = {**(fields.get("detail") or {}), **extra}
+    fields.setdefault("time", round(time.time(), 3))
+    return msgspec.convert(fields, cls, strict=False)  # type: ignore[return-value]
+
+
+def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
+    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return err.strerror or type(err).__name__
+    try:
+        info = os.fstat(fd)
+    except OSError as err:
+        os.close(fd)
+        return err.strerror or type(err).__name__
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        return "a directory, not a file" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+    return fd, info.st_size
+
+
+def read_json(path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES) -> T | Unreadable | None:
+    """The file decoded as `shape`; None if absent; Unreadable if it is anything but that."""
+    opened = _open_regular(path)
+    if opened is None:
+        return None
+    if isinstance(opened, str):
+        return Unreadable(str(path), opened)
+    fd, size = opened
+    try:
+        if size > max_bytes:
+            return Unreadable(str(path), f"{size} bytes, more than {max_bytes}")
+        data = os.read(fd, size + 1)  # one byte more than fstat says: a file still growing
+    except OSError as err:
+        return Unreadable(str(path), err.strerror or type(err).__name__)
+    finally:
+        os.close(fd)
+    return decode(data, shape, str(path))
+
+
+def decode(data: bytes, shape: type[T], where: str) -> T | Unreadable:
+    try:
+        return msgspec.json.decode(data, type=shape)
+    except _DECODE_ERRORS as err:
+        return Unreadable(where, _one_line(err))
+
+
+def _one_line(err: BaseException) -> str:
+    if isinstance(err, RecursionError):
+        return "nested too deeply"
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    return text[:200]
+
+
+FIRST_WINDOW = 8 << 10
+
+
+def _tail_window(fd: int, size: int, count: int, limit: int) -> tuple[list[bytes], int]:
+    """The last `count` pieces between newlines (the last may lack its newline) and the offset where
+    they start. The window starts at 8 KiB and grows 4x until it holds them or reaches `limit`."""
+    window = min(FIRST_WINDOW, size)
+    while True:
+        start = size - window
+        data = os.pread(fd, window, start)
+        if data.count(b"\n") > count or window >= min(limit, size):
+            break
+        window = min(window * 4, limit, size)
+    pieces = data.split(b"\n")
+    if start > 0 and len(pieces) > 1:
+        start += len(pieces[0]) + 1
+        pieces = pieces[1:]  # the window starts inside a line
+    if len(pieces) > count + 1:
+        start += sum(len(p) + 1 for p in pieces[: -count - 1])
+        pieces = pieces[-count - 1 :]
+    return pieces, start
+
+
+def _head_window(fd: int, size: int, count: int, limit: int) -> list[bytes]:
+    """The first `count` whole lines, from a window that grows like _tail_window's."""
+    window = min(FIRST_WINDOW, size)
+    while True:
+        data = os.pread(fd, window, 0)
+        # A NUL byte is no JSON line: past it (a hole, a torn write) there are no lines to find.
+        if data.count(b"\n") >= count or window >= min(limit, size) or b"\0" in data:
+            break
+        window = min(window * 4, limit, size)
+    return data.split(b"\n")[:-1][:count]  # the last piece is cut (or empty)
+
+
+def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
+    opened = _open_regular(path)
+    if opened is None or isinstance(opened, str):
+        return empty
+    fd, size = opened
+    try:
+        return read(fd, size) if size else empty
+    except OSError:
+        return empty
+    finally:
+        os.close(fd)
+
+
+def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[str]:
+    """The last `count` lines within the last `limit` bytes: bounded reads, whatever the file holds.
+
+    With `whole_only`, a last line without its newline (a writer mid-append) is left out.
+    """
+    if count <= 0:
+        return []
+    pieces = _with_file(path, lambda fd, size: _tail_window(fd, size, count, limit)[0], [])
+    if pieces and (pieces[-1] == b"" or whole_only):
+        pieces = pieces[:-1]
+    return [p.decode("utf-8", "replace") for p in pieces[-count:]]
+
+
+def head_and_tail(
+    path: Path, head: int, tail: int, limit: int = TAIL_BYTES, head_limit: int = HEAD_BYTES
+) -> tuple[list[bytes], list[bytes]]:
+    """The first `head` and the last `tail` whole lines of a file, none in both, from one open."""
+
+    def read(fd: int, size: int) -> tuple[list[bytes], list[bytes]]:
+        last, start = _tail_window(fd, size, tail, limit)
+        last = last[:-1]  # empty after the final newline, or a line still being written
+        first = _head_window(fd, size, head, head_limit)
+        covered = sum(len(line) + 1 for line in first)
+        for line in list(last):  # lines the head already holds
+            if start >= covered:
+                break
+            start += len(line) + 1
+            last.pop(0)
+        return first, last
+
+    return _with_file(path, read, ([], []))
+
+
+def decode_line(line: bytes, where: str) -> MetricLine | Unreadable:
+    if len(line) > MAX_LINE_BYTES:
+        return Unreadable(where, f"a line of {len(line)} bytes")
+    try:
+        return _line_decoder.decode(line)
+    except _DECODE_ERRORS as err:
+        return Unreadable(where, _one_line(err))
+
+
+def list_names(folder: Path) -> list[str]:
+    try:
+        with os.scandir(folder) as entries:
+            names = []
+            for entry in entries:
+                names.append(entry.name)
+                if len(names) >= MAX_LISTED:
+                    break
+            return sorted(names)
+    except OSError:
+        return []
+
+
+def numbered(names: list[str], prefix: str, suffix: str = "") -> Iterator[tuple[int, str]]:
+    for name in names:
+        middle = name[len(prefix) : len(name) - len(suffix)] if suffix else name[len(prefix) :]
+        if name.startswith(prefix) and name.endswith(suffix) and middle.isascii() and middle.isdigit():
+            yield int(middle), name

@@ -1,0 +1,121 @@
+"""Fuzz: random bytes and well-formed-but-wrong JSON in every file of a run directory never crash the CLI.
+
+Each example records one run in a fresh index, fills its run directory (and an array element's)
+with generated content, then runs `status`, `status --json`, `list` and `logs` in-process: exit
+code 0, 1 or 2, no traceback, each within 5 s.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from pathlib import Path
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from hpctrain.rundir import FailureReport, Heartbeat, MemoryLine, Record, Result, TrainLine
+from tests.unit.tracked_runs import cli, home_env, track
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=10), inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def wrong_shape(*structs: type) -> st.SearchStrategy[dict[str, object]]:
+    """Objects with the structs' own field names (and `kind`) holding values of any JSON type."""
+    names = sorted({"kind", *(name for s in structs for name in s.__struct_fields__)})
+    kinds = st.sampled_from(["train", "eval", "memory", "event", "other"]) | JSON
+    return st.dictionaries(st.sampled_from(names), JSON, max_size=8).flatmap(
+        lambda d: kinds.map(lambda k: {**d, "kind": k}) if "kind" in d else st.just(d)
+    )
+
+
+def encoded(objects: st.SearchStrategy[object]) -> st.SearchStrategy[bytes]:
+    return objects.map(lambda o: json.dumps(o, allow_nan=True).encode())
+
+
+def content(*structs: type) -> st.SearchStrategy[bytes]:
+    return st.one_of(
+        st.binary(max_size=300),
+        encoded(JSON),
+        encoded(wrong_shape(*structs)),
+        st.integers(1, 20_000).map(lambda n: b"[" * n),
+    )
+
+
+def lines(*structs: type) -> st.SearchStrategy[bytes]:
+    """A JSON-lines file: wrong lines among right-looking ones, maybe without the final newline."""
+    one = content(*structs).map(lambda b: b.replace(b"\n", b" "))
+    return st.tuples(st.lists(one, max_size=8), st.booleans()).map(
+        lambda pair: b"\n".join(pair[0]) + (b"\n" if pair[1] else b"")
+    )
+
+
+SRUN = st.builds(
+    lambda node, tasks, what: f"srun: error: {node}: tasks {tasks}: {what}".encode(),
+    st.text(min_size=1, max_size=8).filter(lambda t: not any(c.isspace() for c in t)),
+    st.from_regex(r"[0-9,\-]{1,40}", fullmatch=True),
+    st.text(max_size=30),
+)
+
+FILES: dict[str, st.SearchStrategy[bytes]] = {
+    "result.json": content(Result),
+    "metrics.jsonl": lines(TrainLine, MemoryLine),
+    "failures/rank-0.json": content(FailureReport),
+    "failures/0.json": content(FailureReport),
+    "metrics/worker-0.jsonl": lines(TrainLine),
+    "exit-codes": st.binary(max_size=100) | st.just(b"999999 0\n"),
+    "record.json": content(Record),
+    "spec.json": encoded(st.fixed_dictionaries({"job": JSON, "site": JSON})) | st.binary(max_size=50),
+    "heartbeats/node-n1.json": content(Heartbeat),
+    "logs/batch.log": st.lists(SRUN | st.binary(max_size=80), max_size=6).map(b"\n".join),
+    "logs/rank-0.log": st.binary(max_size=200),
+    "array-0/metrics.jsonl": lines(TrainLine),
+    "array-0/result.json": content(Result),
+    "logs/batch-0.log": st.lists(SRUN, max_size=3).map(b"\n".join),
+}
+
+STATES = st.sampled_from(["FAILED", "COMPLETED", "RUNNING", "PREEMPTED", "CANCELLED", "SUBMIT_FAILED"])
+VERBS = [
+    ["status"],
+    ["status", "--json"],
+    ["status", "local-999999"],
+    ["status", "local-999999", "--json"],
+    ["list"],
+    ["logs", "local-999999"],
+    ["logs", "local-999999", "--rank", "0", "-n", "3"],
+    ["logs", "local-999999", "--element", "0"],
+]
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+@given(
+    files=st.fixed_dictionaries({}, optional=FILES),
+    directories=st.sets(st.sampled_from(sorted(FILES)), max_size=2),
+    state=STATES,
+)
+def test_no_file_content_crashes_status_list_or_logs(
+    files: dict[str, bytes], directories: set[str], state: str
+) -> None:
+    with tempfile.TemporaryDirectory() as folder:
+        home = Path(folder)
+        with home_env(home):
+            run = track(home, "local-999999", state)
+            for name, data in files.items():
+                path = run.root / name
+                path.parent.mkdir(parents=True, exist_ok=True)
+                if name in directories:
+                    path.unlink(missing_ok=True)  # record.json exists already
+                    path.mkdir()
+                else:
+                    path.write_bytes(data)
+            for verb in VERBS:
+                outcome = cli(*verb)
+                assert outcome.code in (0, 1, 2), (verb, outcome)
+                assert "Traceback" not in outcome.stderr, (verb, outcome.stderr)
+                assert outcome.seconds < 5, (verb, outcome.seconds)
