@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from hpctrain import rundir
 from tests.conftest import JOBS, REPO, run_cli
 from tests.integration.cluster import make_eligible, require_cluster, scontrol_job
 
@@ -82,10 +83,11 @@ def check_every_trial(submitted: dict[str, Any], summary: dict[str, Any]) -> Non
     assert summary["counts"] == {"COMPLETED": len(summary["trials"])}, summary["trials"]
     for trial in summary["trials"]:
         element = root / f"array-{trial['index']}"
-        result = json.loads((element / "result.json").read_text())
-        assert result["status"] == "completed" and result["step"] == result["steps"]
+        result = rundir.read_json(element / rundir.RESULT, rundir.Result)
+        assert isinstance(result, rundir.Result), result
+        assert result.status == "completed" and result.step == result.steps
         assert lr_trained_with(element) == pytest.approx(trial["params"]["train.lr"])
-        assert trial["metric"] == pytest.approx(result["eval_loss"])
+        assert trial["metric"] == pytest.approx(result.eval_loss)
     best = min(summary["trials"], key=lambda t: t["metric"])
     assert summary["best"]["index"] == best["index"]
 
@@ -232,8 +234,8 @@ def test_preempted_trial_is_requeued_alone_and_resumes(hpctrain_home: Path, tmp_
     events = [_events(root / f"array-{i}") for i in range(3)]
     assert "preempted" in events[1] and "resumed" in events[1]
     assert all("resumed" not in e and "preempted" not in e for e in (events[0], events[2]))
-    result = json.loads((root / "array-1" / "result.json").read_text())
-    assert result["step"] == 150
+    result = rundir.read_json(root / "array-1" / rundir.RESULT, rundir.Result)
+    assert isinstance(result, rundir.Result) and result.step == 150
 
 
 def _lines(element: Path) -> list[dict[str, Any]]:
