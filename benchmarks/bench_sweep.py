@@ -72,7 +72,10 @@ def main() -> None:
     py = sys.executable
     cli = [py, "-m", "hpctrain.cli.main"]
     hold = subprocess.run(
-        ["sbatch", "--parsable", "--hold", "--wrap", "true"], capture_output=True, text=True, check=True
+        ["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout.strip()
     hold = hold.split(";")[0]
     held = ["--set", f"dependency=afterok:{hold}"]

@@ -72,7 +72,10 @@ def lr_trained_with(run_dir: Path) -> float:
 
 def held_job() -> str:
     out = subprocess.run(
-        ["sbatch", "--parsable", "--hold", "--wrap", "true"], capture_output=True, text=True, check=True
+        ["sbatch", "--parsable", "--hold", "--output=/dev/null", "--wrap", "true"],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return out.stdout.strip().split(";")[0]
 
