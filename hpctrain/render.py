@@ -81,6 +81,17 @@ def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
     return [(key, text(value)) for key, value in mapping.items()]
 
 
+def batch_log_name(array: bool, array_offset: int = 0) -> str:
+    """The batch log's file name (Slurm pattern): `%a` restarts at 0 in each array of a chunked sweep,
+    so an array with an offset names its logs `batch-%a+OFFSET.log`."""
+    if not array:
+        return BATCH_LOG
+    if not array_offset:
+        return SLURM_ARRAY_BATCH_LOG
+    stem, _, suffix = SLURM_ARRAY_BATCH_LOG.rpartition(".")
+    return f"{stem}+{array_offset}.{suffix}"
+
+
 class Directive(msgspec.Struct, frozen=True, array_like=True):
     """One batch option: `--option=value`, or the flag `--option` when value is None.
 
@@ -104,7 +115,7 @@ BatchOptions = list[list[Directive]]
 the first component also carries the options of the whole job."""
 
 
-def batch_options(resolved: Resolved, run_dir: Path) -> BatchOptions:
+def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> BatchOptions:
     """What the job asks of Slurm, as data: the template prints it, backends submit it."""
     job, site = resolved.job, resolved.site
     res = job.resources
@@ -123,7 +134,7 @@ def batch_options(resolved: Resolved, run_dir: Path) -> BatchOptions:
 
     whole_job = some(
         job_name=job.name,
-        output=f"{slurm_directive_path(run_dir)}/{LOGS}/{SLURM_ARRAY_BATCH_LOG if job.array else BATCH_LOG}",
+        output=f"{slurm_directive_path(run_dir)}/{LOGS}/{batch_log_name(bool(job.array), array_offset)}",
         open_mode="append",
         time=res.time,
         signal=f"B:{preemption.signal}@{preemption.lead_time}",
@@ -181,8 +192,13 @@ def batch_options(resolved: Resolved, run_dir: Path) -> BatchOptions:
     return components
 
 
-def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dict[str, Any]:
-    """Everything a template may use; computed here so templates stay free of logic."""
+def context(
+    resolved: Resolved, run_dir: Path, python: str | None = None, array_offset: int = 0
+) -> dict[str, Any]:
+    """Everything a template may use; computed here so templates stay free of logic.
+
+    `array_offset` is added to each array index: a sweep above MaxArraySize is several arrays.
+    """
     job, site = resolved.job, resolved.site
     environment_vars = dict(site.env)
     if job.resources.gpus_per_node:
@@ -202,7 +218,7 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "job": job,
         "site": site,
         "resources": job.resources,
-        "batch": batch_options(resolved, run_dir),
+        "batch": batch_options(resolved, run_dir, array_offset),
         "world_size": resolved.world_size,
         "tasks_per_node": job.resources.ntasks_per_node,
         "run_dir": slurm_directive_path(run_dir),
@@ -216,13 +232,19 @@ def context(resolved: Resolved, run_dir: Path, python: str | None = None) -> dic
         "ps": ps,
         "heterogeneous": heterogeneous,
         "array": job.array,
+        "array_offset": array_offset,
+        "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "files": template_files(),
         "preflight": preflight and not heterogeneous,
     }
 
 
 def render(
-    resolved: Resolved, run_dir: Path, python: str | None = None, template: str = "sbatch.sh.j2"
+    resolved: Resolved,
+    run_dir: Path,
+    python: str | None = None,
+    template: str = "sbatch.sh.j2",
+    array_offset: int = 0,
 ) -> str:
     """The batch script for `resolved`, whose outputs go to `run_dir`."""
     import jinja2
@@ -231,4 +253,4 @@ def render(
         tmpl = environment(str(template_dir())).get_template(template)
     except jinja2.TemplateNotFound as err:
         raise RenderError(f"template {err.name} not found in {template_dir()}") from None
-    return tmpl.render(**context(resolved, run_dir, python))
+    return tmpl.render(**context(resolved, run_dir, python, array_offset))

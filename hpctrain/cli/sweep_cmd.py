@@ -1,0 +1,213 @@
+"""`hpctrain sweep`: submit a hyper-parameter sweep as Slurm job arrays; its status, cancel and report."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from hpctrain.cli.common import add_job_arguments, print_json, table
+from hpctrain.errors import SpecError
+
+ACTIONS = ("status", "cancel", "report")
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    add_job_arguments(parser)
+    parser._option_string_actions["--site"].required = False  # only submitting a sweep needs a site
+    job = next(a for a in parser._actions if a.dest == "job")
+    job.help = "Job spec (YAML) to sweep, or one of: status [SWEEP...], cancel SWEEP..., report SWEEP."
+    parser.add_argument("sweeps", nargs="*", metavar="SWEEP", help="Sweep ids (or array job ids) to act on.")
+    parser.add_argument(
+        "--grid",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="A swept field and its values, e.g. --grid train.lr=1e-3,3e-3 (repeatable; adds to sweep.grid).",
+    )
+    parser.add_argument("--random", type=_positive, metavar="N", help="N distinct grid points, not all.")
+    parser.add_argument("--seed", type=int, help="Seed of the --random draw.")
+    parser.add_argument("--max-parallel", type=_positive, metavar="K", help="Trials running at once.")
+    parser.add_argument("--metric", help="Result field that ranks trials (default eval_loss).")
+    parser.add_argument("--mode", choices=("min", "max"), help="Lower or higher metric is better.")
+    add_status_arguments(parser)
+    parser.add_argument(
+        "--out", type=Path, help="report: the PNG to write (default: in the sweep's run dir)."
+    )
+
+
+def add_status_arguments(parser: argparse.ArgumentParser) -> None:
+    """`--trials` (and `--json`, unless the parser has it): shared with `hpctrain status SWEEP`."""
+    parser.add_argument("--trials", action="store_true", help="One line per trial, best first.")
+    if "--json" not in parser._option_string_actions:
+        parser.add_argument("--json", action="store_true", help="Machine-readable output.")
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.job in ACTIONS:
+        action = {"status": status, "cancel": cancel, "report": report}[args.job]
+        return action(args.sweeps, args)
+    if args.sweeps:
+        raise SpecError(f"unexpected arguments after the job spec: {' '.join(args.sweeps)}")
+    if not args.site:
+        raise SpecError("--site is required to submit a sweep")
+    return submit(args)
+
+
+def submit(args: argparse.Namespace) -> int:
+    from hpctrain import sweep
+
+    record = sweep.submit(
+        args.job,
+        args.site,
+        args.overrides,
+        args.grid,
+        args.backend,
+        random=args.random,
+        seed=args.seed,
+        max_parallel=args.max_parallel,
+        metric=args.metric,
+        mode=args.mode,
+    )
+    from hpctrain.records import home
+
+    root = home() / "runs" / record.sweep_id
+    if args.json:
+        print_json(
+            {
+                "sweep_id": record.sweep_id,
+                "run_dir": str(root),
+                "trials": len(record.trials),
+                "arrays": [
+                    {"job_id": c.job_id, "offset": c.offset, "count": c.count, "array": c.array}
+                    for c in record.arrays
+                ],
+            }
+        )
+        return 0
+    arrays = ", ".join(f"job {c.job_id} --array={c.array} (trials from {c.offset})" for c in record.arrays)
+    print(f"Submitted sweep {record.sweep_id}: {len(record.trials)} trials as {arrays}")
+    print(f"  run directory: {root}")
+    return 0
+
+
+def _sweeps(keys: list[str], require: bool = True) -> list[tuple[Path, Any]]:
+    """(root, record) of each named sweep, or of every tracked sweep when none is named."""
+    from hpctrain import rundir, sweep
+    from hpctrain.records import Index
+
+    index = Index()
+    if not keys:
+        roots = sorted({r.run_dir for r in index.runs()}, key=str)
+        found = [(root, sweep.load(root)) for root in roots]
+        return [(root, rec) for root, rec in found if isinstance(rec, sweep.SweepRecord)]
+    out = []
+    for key in keys:
+        match = sweep.find(index, key)
+        if match is None:
+            if require:
+                raise SpecError(f"{key} is not a sweep tracked by hpctrain (see `hpctrain sweep status`)")
+            continue
+        root, record = match
+        if isinstance(record, rundir.Unreadable):
+            raise SpecError(str(record))
+        out.append((root, record))
+    return out
+
+
+def status(keys: list[str], args: argparse.Namespace) -> int:
+    from hpctrain.sweep_status import rank, survey
+
+    summaries = survey(_sweeps(keys))
+    if args.json:
+        import msgspec
+
+        print_json(msgspec.to_builtins(summaries))
+        return 0
+    for summary in summaries:
+        print(summary_line(summary))
+        if args.trials:
+            print(trials_table(rank(summary.trials, summary.mode), summary.metric))
+    if not summaries:
+        print("No sweeps tracked (submit one with `hpctrain sweep JOB.yaml --site SITE --grid KEY=V1,V2`).")
+    return 0
+
+
+def summary_line(summary: Any) -> str:
+    counts = ", ".join(f"{state} {n}" for state, n in summary.counts.items())
+    best = "no metric yet"
+    if summary.best is not None:
+        params = ", ".join(f"{k}={v}" for k, v in summary.best.params.items())
+        best = f"best {summary.metric} {summary.best.metric:.4g} (trial {summary.best.index}: {params})"
+    return f"{summary.sweep_id}  {len(summary.trials)} trials: {counts}; {best}"
+
+
+def trials_table(trials: list[Any], metric: str) -> str:
+    params = list(trials[0].params) if trials else []
+    rows = [
+        [
+            str(t.index),
+            t.job_id,
+            t.state,
+            "" if t.metric is None else f"{t.metric:.4g}",
+            "" if t.step is None else f"{t.step}/{t.steps or '?'}",
+            *(str(t.params.get(p, "")) for p in params),
+            t.problem or t.reason,
+        ]
+        for t in trials
+    ]
+    return table(rows, ["TRIAL", "JOBID", "STATE", metric.upper(), "STEP", *params, "NOTE"])
+
+
+def _all_sweeps(args: argparse.Namespace) -> list[str]:
+    keys = list(getattr(args, "jobs", []) or [])
+    return keys if keys and len(_sweeps(keys, require=False)) == len(keys) else []
+
+
+def status_hook(args: argparse.Namespace) -> int | None:
+    """For `hpctrain status KEY...`: when every key names a sweep, show them; else None (not mine)."""
+    keys = _all_sweeps(args)
+    return status(keys, args) if keys else None
+
+
+def cancel(keys: list[str], args: argparse.Namespace) -> int:
+    from hpctrain.backends import select_backend
+    from hpctrain.records import Index
+
+    if not keys:
+        raise SpecError("name the sweep to cancel: hpctrain sweep cancel SWEEP")
+    index = Index()
+    for root, record in _sweeps(keys):
+        ids = [c.job_id for c in record.arrays if c.job_id]
+        select_backend(record.backend).cancel(ids)  # one scancel for every array of the sweep
+        index.update_states((r, r.state, "cancel requested") for r in index.runs() if r.run_dir == root)
+        print(f"Cancelled sweep {record.sweep_id}: arrays {', '.join(ids)}")
+    return 0
+
+
+def report(keys: list[str], args: argparse.Namespace) -> int:
+    from hpctrain.cli.sweep_report import plot
+    from hpctrain.sweep_status import survey
+
+    found = _sweeps(keys)
+    if len(found) != 1:
+        raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
+    root, _ = found[0]
+    (summary,) = survey(found)
+    out = plot(summary, args.out or root / "sweep-report.png")
+    print(summary_line(summary))
+    print(f"plot: {out}")
+    return 0
+
+
+def cancel_hook(args: argparse.Namespace) -> int | None:
+    """For `hpctrain cancel KEY...`: when every key names a sweep, cancel every array; else None."""
+    keys = _all_sweeps(args)
+    return cancel(keys, args) if keys else None
