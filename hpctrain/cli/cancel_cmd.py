@@ -11,6 +11,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from hpctrain.cli.sweep_cmd import cancel_hook
+
+    if (code := cancel_hook(args)) is not None:  # every key names a sweep: cancel all its arrays
+        return code
     from hpctrain.backends import select_backend
     from hpctrain.errors import HpctrainError
     from hpctrain.records import Index

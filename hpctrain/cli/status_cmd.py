@@ -38,6 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"Seconds between polls with --watch (at least {MIN_INTERVAL_S:.0f}).",
     )
     parser.add_argument("--json", action="store_true", help="Machine-readable output.")
+    from hpctrain.cli.sweep_cmd import add_status_arguments
+
+    add_status_arguments(parser)
 
 
 def select(keys: list[str], everything: bool = False) -> list[Run]:
@@ -61,6 +64,12 @@ def select(keys: list[str], everything: bool = False) -> list[Run]:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain.records import SUBMIT_FAILED
+
+    if args.jobs:  # `hpctrain status SWEEP`: a sweep's own view (one line per sweep, --trials)
+        from hpctrain.cli.sweep_cmd import status_hook
+
+        if (code := status_hook(args)) is not None:
+            return code
 
     runs = select(args.jobs, args.all)
     if not args.watch:
