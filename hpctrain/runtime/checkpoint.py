@@ -10,8 +10,10 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
-overwritten) is skipped on load in favour of the previous one. Periodic saves are asynchronous:
-training is blocked only while the state is staged to host memory.
+overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state
+is copied into host buffers that are allocated once and reused (``runtime/staging.py``), and the
+files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
+killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +38,18 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, tensors
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 TRAINER = "trainer.pt"
 EventFn = Callable[..., None]
+WRITE_THREADS = 4  # files per rank, written and checksummed in parallel
 
 
 def step_name(step: int) -> str:
@@ -71,12 +79,33 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def crc32(path: Path, chunk: int = 1 << 20) -> str:
+def crc32(path: Path, chunk: int = 16 << 20) -> str:
     value = 0
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
             value = zlib.crc32(block, value)
     return f"{value:08x}"
+
+
+def file_sum(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "crc32": crc32(path)}
+
+
+def shared_memory_fits(state: dict[str, Any]) -> bool:
+    """Whether /dev/shm can hold the staging buffers a writer process reads (twice over, for headroom)."""
+    needed = sum(t.numel() * t.element_size() for t in tensors(state))
+    try:
+        free = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return False
+    if free < 2 * needed:
+        log.warning(
+            "/dev/shm has %.1f GB free for %.1f GB of checkpoint state: writing from a thread",
+            free / 1e9,
+            needed / 1e9,
+        )
+        return False
+    return True
 
 
 def owner(name: str) -> int:
@@ -128,6 +157,19 @@ def verify(folder: Path) -> str | None:
 
 
 @dataclass
+class Pending:
+    """A save whose files are being written in the background."""
+
+    step: int
+    tmp: Path
+    final: Path
+    started: float
+    blocked: float
+    writer: threading.Thread
+    staged_bytes: int
+
+
+@dataclass
 class Restored:
     """What a resume hands back to the loop (model and optimizer are loaded in place)."""
 
@@ -137,16 +179,26 @@ class Restored:
 
 
 class Checkpointer:
-    """Saves and restores checkpoints in ``$RUN/checkpoints``; every method is collective."""
+    """Saves and restores checkpoints in ``$RUN/checkpoints``; every method is collective.
 
-    def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn) -> None:
+    ``writer`` picks who writes the files of a save: ``process`` (DCP's checkpoint process, one per
+    rank, started at the first save; the training process's GIL stays with the training loop),
+    ``thread`` (a thread of this process), or ``auto``: the process for GPU state without DTensors,
+    else the thread (sharded DTensor state is written by the thread of each rank).
+    """
+
+    def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn, writer: str = "auto") -> None:
         self.root = run_dir / "checkpoints"
         self.rank = rank
         self.keep = keep
         self.event = event
+        self.writer = writer
+        self.staging: HostStaging | None = None
         self._group: Any = None
-        self._pending: tuple[int, Path, Path, float, float, threading.Thread] | None = None
+        self._fenced: set[int] = set()
+        self._pending: Pending | None = None
         self._write_error: BaseException | None = None
+        self._written_at: float | None = None
 
     def complete(self) -> list[Path]:
         """Finished checkpoint folders, newest first."""
@@ -163,11 +215,11 @@ class Checkpointer:
         trainer: dict[str, Any],
         blocking: bool = True,
     ) -> float:
-        """Write checkpoint ``step``; returns the seconds training was blocked.
+        """Write checkpoint ``step``; returns the seconds training (the host) was blocked.
 
-        ``blocking=False`` only stages the state to host memory here; the files are written by a
-        background thread while training goes on, and the checkpoint is published (manifest, rename)
-        at the next save or ``wait()``. Preemption and the end of a run save with ``blocking=True``.
+        The state is copied into host buffers that are reused from save to save, and the files are
+        written in the background; the checkpoint is published (manifest, rename) at the next save
+        or ``wait()``. ``blocking=True`` (preemption) waits for the publication before returning.
         """
         self.wait()
         started = time.perf_counter()
@@ -182,79 +234,118 @@ class Checkpointer:
         torch.save(rng_state(), tmp / rng_name(self.rank))
         if self.rank == 0:
             torch.save({"step": step, **trainer}, tmp / TRAINER)
-        if blocking:
-            dcp.save(state, checkpoint_id=str(tmp))
-            self._checksum_own_files(tmp)
-            blocked = time.perf_counter() - started
-            self._publish(step, tmp, final, started, blocked)
-            return blocked
-        # A group of its own: the background write's collectives must not interleave with training's.
-        if self._group is None:
-            self._group = dist.new_group(backend="gloo")
-        response = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group)
+        staging = self._staging_for(state, model, optimizer)
+        kind = AsyncCheckpointerType.PROCESS if staging.shared else AsyncCheckpointerType.THREAD
+        response = dcp.async_save(
+            state,
+            storage_writer=FileSystemWriter(str(tmp), thread_count=WRITE_THREADS),
+            process_group=self._group,
+            async_checkpointer_type=kind,
+            async_stager=staging,
+        )
         upload = getattr(response, "upload_completion", response)
+        self._written_at = None
         writer = threading.Thread(target=self._finish_write, args=(upload, tmp), daemon=True)
         writer.start()
         blocked = time.perf_counter() - started
-        self._pending = (step, tmp, final, started, blocked, writer)
+        self._pending = Pending(step, tmp, final, started, blocked, writer, staging.staged_bytes)
         if self.rank == 0:
             log.info("checkpoint step %d staged in %.3f s; writing in the background", step, blocked)
+        if blocking:
+            self.wait()
+            return time.perf_counter() - started
         return blocked
+
+    def _staging_for(
+        self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> HostStaging:
+        """The run's stager (built at the first save) and the fence before the optimizer's update."""
+        if self._group is None:
+            # A group of its own: the background write's collectives must not interleave with training's.
+            self._group = dist.new_group(backend="gloo")
+        if self.staging is None:
+            cuda = on_cuda(state)
+            process = self.writer == "process" or (
+                self.writer == "auto" and cuda and not has_dtensor(state) and shared_memory_fits(state)
+            )
+            self.staging = HostStaging(cuda=cuda, shared=process)
+            self.staging.protect_in_place_updates(model.buffers())
+        if self.staging.cuda and id(optimizer) not in self._fenced:
+            staging = self.staging
+            optimizer.register_step_pre_hook(lambda *_: staging.fence())
+            self._fenced.add(id(optimizer))
+        return self.staging
 
     def _finish_write(self, upload: Any, tmp: Path) -> None:
         try:
             upload.result()
+            self._written_at = time.perf_counter()
             self._checksum_own_files(tmp)
         except BaseException as error:  # reported on the main thread by wait()
             self._write_error = error
 
     def _checksum_own_files(self, tmp: Path) -> None:
-        """Each rank checksums the files it wrote, in parallel with the others."""
+        """Each rank checksums the files it wrote, in parallel with the others (zlib frees the GIL)."""
         mine = [
             p for p in tmp.iterdir() if p.is_file() and not bookkeeping(p.name) and owner(p.name) == self.rank
         ]
-        sums = {p.name: {"size": p.stat().st_size, "crc32": crc32(p)} for p in mine}
+        with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+            sums = dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
         (tmp / f".sums-rank-{self.rank}.json").write_text(json.dumps(sums))
 
     def wait(self) -> None:
         """Publish the checkpoint being written in the background, if any (collective)."""
         if self._pending is None:
             return
-        step, tmp, final, started, blocked, writer = self._pending
-        self._pending = None
-        writer.join()
+        pending, self._pending = self._pending, None
+        pending.writer.join()
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
-            raise RuntimeError(f"background checkpoint write of step {step} failed: {error}") from error
-        self._publish(step, tmp, final, started, blocked)
+            raise RuntimeError(
+                f"background checkpoint write of step {pending.step} failed: {error}"
+            ) from error
+        self._publish(pending)
 
-    def _publish(self, step: int, tmp: Path, final: Path, started: float, blocked: float) -> None:
+    def _publish(self, pending: Pending) -> None:
+        step, tmp, final, started = pending.step, pending.tmp, pending.final, pending.started
         dist.barrier()  # every rank's files and sums are in tmp
         if self.rank == 0:
             write_manifest(tmp, step)
             shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
             os.replace(tmp, final)
-            self._prune()
+            self._prune(final)
         dist.barrier()  # nobody moves on (or exits for a requeue) before the rename
         if self.rank == 0:
             seconds = time.perf_counter() - started
+            write_s = (self._written_at or time.perf_counter()) - started
             log.info(
-                "checkpoint step %d saved to %s: training blocked %.3f s, written after %.3f s",
+                "checkpoint step %d saved to %s: training blocked %.3f s, files written after %.3f s "
+                "(%.2f GB/s), published after %.3f s",
                 step,
                 final,
-                blocked,
+                pending.blocked,
+                write_s,
+                pending.staged_bytes / write_s / 1e9,
                 seconds,
             )
             self.event(
                 "checkpoint",
                 step=step,
                 path=str(final),
-                save_s=round(blocked, 4),
+                save_s=round(pending.blocked, 4),
+                write_s=round(write_s, 4),
                 written_s=round(seconds, 4),
+                bytes=pending.staged_bytes,
             )
 
-    def _prune(self) -> None:
-        for old in self.complete()[self.keep :]:
+    def _prune(self, published: Path) -> None:
+        """Keep ``keep`` checkpoints: the one just published (verified as written) and the newest others.
+
+        The one just published is never deleted, even when older-named folders outrank it (a run that
+        resumed past a corrupt newer checkpoint).
+        """
+        others = [p for p in self.complete() if p != published]
+        for old in others[self.keep - 1 :]:
             shutil.rmtree(old, ignore_errors=True)
 
     def clean_partial(self) -> None:

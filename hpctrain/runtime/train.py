@@ -21,7 +21,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from hpctrain.runtime import data, signals
+from hpctrain.runtime import data, precision, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import build_mesh, requested_dims
@@ -106,6 +106,7 @@ class Trainer:
         self.task = load_task(self.train)
         device_type = "cuda" if resolved.job.resources.gpus_per_node and torch.cuda.is_available() else "cpu"
         self.mesh = build_mesh(resolved.parallel, dist_info.world_size, device_type, requested_dims(resolved))
+        precision.prepare(self.task, self.train, device_type)  # fp8, activation checkpointing
         self.strategy = build_strategy(resolved, dist_info, self.mesh, self.task)
         # Dropout differs between data shards but not between tp/pp peers of one replica.
         seed_everything(self.train.seed + 1 + self.strategy.data_rank)
@@ -300,9 +301,10 @@ class Trainer:
             if stop:
                 return self._preempted()
         self.preemption.drain()
-        self.save()
+        self.save(blocking=False)  # the files are written while the final evaluation and export run
         evaluation = self.evaluate()
         self._export()
+        self.checkpoints.wait()
         self._finish(evaluation, sum(self.step_times), self.step - first_step)
         return "completed"
 

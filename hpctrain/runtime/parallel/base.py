@@ -223,8 +223,8 @@ def select_device(resolved: Resolved, dist: DistInfo) -> torch.device:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 for precision bf16, or auto on a GPU; fp32 (no autocast) otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """bf16 for precision bf16 or fp8 (ops that are not fp8 matmuls), or auto on a GPU; else fp32."""
+    if precision in ("bf16", "fp8") or (precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
 
