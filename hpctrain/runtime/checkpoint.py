@@ -13,7 +13,9 @@ directory without ``.tmp`` is complete; one whose files no longer match the mani
 overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state
 is copied into host buffers that are allocated once and reused (``runtime/staging.py``), and the
 files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
-killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded.
+killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every
+rank has written and checksummed its files, rank 0 publishes the checkpoint from its background
+thread; the next save (or ``wait()``) only confirms it with a barrier.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, tensors
+from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
 
 log = logging.getLogger(__name__)
 
@@ -89,23 +91,6 @@ def crc32(path: Path, chunk: int = 16 << 20) -> str:
 
 def file_sum(path: Path) -> dict[str, Any]:
     return {"size": path.stat().st_size, "crc32": crc32(path)}
-
-
-def shared_memory_fits(state: dict[str, Any]) -> bool:
-    """Whether /dev/shm can hold the staging buffers a writer process reads (twice over, for headroom)."""
-    needed = sum(t.numel() * t.element_size() for t in tensors(state))
-    try:
-        free = shutil.disk_usage("/dev/shm").free
-    except OSError:
-        return False
-    if free < 2 * needed:
-        log.warning(
-            "/dev/shm has %.1f GB free for %.1f GB of checkpoint state: writing from a thread",
-            free / 1e9,
-            needed / 1e9,
-        )
-        return False
-    return True
 
 
 def owner(name: str) -> int:
@@ -166,6 +151,7 @@ class Pending:
     started: float
     blocked: float
     writer: threading.Thread
+    own_done: threading.Event  # this rank's files are written and checksummed
     staged_bytes: int
 
 
@@ -199,6 +185,7 @@ class Checkpointer:
         self._pending: Pending | None = None
         self._write_error: BaseException | None = None
         self._written_at: float | None = None
+        self._published_at: float | None = None
 
     def complete(self) -> list[Path]:
         """Finished checkpoint folders, newest first."""
@@ -244,11 +231,14 @@ class Checkpointer:
             async_stager=staging,
         )
         upload = getattr(response, "upload_completion", response)
-        self._written_at = None
-        writer = threading.Thread(target=self._finish_write, args=(upload, tmp), daemon=True)
+        self._written_at = self._published_at = None
+        own_done = threading.Event()
+        writer = threading.Thread(
+            target=self._finish_write, args=(upload, step, tmp, final, own_done), daemon=True
+        )
         writer.start()
         blocked = time.perf_counter() - started
-        self._pending = Pending(step, tmp, final, started, blocked, writer, staging.staged_bytes)
+        self._pending = Pending(step, tmp, final, started, blocked, writer, own_done, staging.staged_bytes)
         if self.rank == 0:
             log.info("checkpoint step %d staged in %.3f s; writing in the background", step, blocked)
         if blocking:
@@ -276,12 +266,29 @@ class Checkpointer:
             self._fenced.add(id(optimizer))
         return self.staging
 
-    def _finish_write(self, upload: Any, tmp: Path) -> None:
+    def _finish_write(
+        self, upload: Any, step: int, tmp: Path, final: Path, own_done: threading.Event
+    ) -> None:
+        """Background: wait for the files, checksum this rank's; rank 0 then publishes as soon as every
+        rank's sums are there, so a checkpoint is loadable long before the next save."""
         try:
             upload.result()
             self._written_at = time.perf_counter()
             self._checksum_own_files(tmp)
         except BaseException as error:  # reported on the main thread by wait()
+            self._write_error = error
+            return
+        finally:
+            own_done.set()
+        if self.rank != 0:
+            return
+        try:
+            world = dist.get_world_size()
+            while not all((tmp / f".sums-rank-{rank}.json").exists() for rank in range(world)):
+                time.sleep(0.05)  # a dead peer never writes its sums: wait()'s barrier reports it
+            self._rename(step, tmp, final)
+            self._published_at = time.perf_counter()
+        except BaseException as error:
             self._write_error = error
 
     def _checksum_own_files(self, tmp: Path) -> None:
@@ -291,52 +298,58 @@ class Checkpointer:
         ]
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
             sums = dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
-        (tmp / f".sums-rank-{self.rank}.json").write_text(json.dumps(sums))
+        part = tmp / f".sums-rank-{self.rank}.part"
+        part.write_text(json.dumps(sums))
+        os.replace(part, tmp / f".sums-rank-{self.rank}.json")  # rank 0 never reads half a file
+
+    def _rename(self, step: int, tmp: Path, final: Path) -> None:
+        """Rank 0: manifest, then the atomic rename that makes the checkpoint loadable, then pruning."""
+        write_manifest(tmp, step)
+        shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
+        os.replace(tmp, final)
+        self._prune(final)
 
     def wait(self) -> None:
-        """Publish the checkpoint being written in the background, if any (collective)."""
+        """Until the checkpoint being written in the background is published, if any (collective)."""
         if self._pending is None:
             return
         pending, self._pending = self._pending, None
-        pending.writer.join()
+        pending.own_done.wait()
+        if self._write_error is None:
+            dist.barrier()  # every rank's sums are in tmp (a dead peer times out here)
+            pending.writer.join()  # rank 0: the rename
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
             raise RuntimeError(
                 f"background checkpoint write of step {pending.step} failed: {error}"
             ) from error
-        self._publish(pending)
-
-    def _publish(self, pending: Pending) -> None:
-        step, tmp, final, started = pending.step, pending.tmp, pending.final, pending.started
-        dist.barrier()  # every rank's files and sums are in tmp
-        if self.rank == 0:
-            write_manifest(tmp, step)
-            shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
-            os.replace(tmp, final)
-            self._prune(final)
         dist.barrier()  # nobody moves on (or exits for a requeue) before the rename
         if self.rank == 0:
-            seconds = time.perf_counter() - started
-            write_s = (self._written_at or time.perf_counter()) - started
-            log.info(
-                "checkpoint step %d saved to %s: training blocked %.3f s, files written after %.3f s "
-                "(%.2f GB/s), published after %.3f s",
-                step,
-                final,
-                pending.blocked,
-                write_s,
-                pending.staged_bytes / write_s / 1e9,
-                seconds,
-            )
-            self.event(
-                "checkpoint",
-                step=step,
-                path=str(final),
-                save_s=round(pending.blocked, 4),
-                write_s=round(write_s, 4),
-                written_s=round(seconds, 4),
-                bytes=pending.staged_bytes,
-            )
+            self._report(pending)
+
+    def _report(self, pending: Pending) -> None:
+        now = time.perf_counter()
+        write_s = (self._written_at or now) - pending.started
+        published_s = (self._published_at or now) - pending.started
+        log.info(
+            "checkpoint step %d saved to %s: training blocked %.3f s, files written after %.3f s "
+            "(%.2f GB/s), published after %.3f s",
+            pending.step,
+            pending.final,
+            pending.blocked,
+            write_s,
+            pending.staged_bytes / write_s / 1e9,
+            published_s,
+        )
+        self.event(
+            "checkpoint",
+            step=pending.step,
+            path=str(pending.final),
+            save_s=round(pending.blocked, 4),
+            write_s=round(write_s, 4),
+            written_s=round(published_s, 4),
+            bytes=pending.staged_bytes,
+        )
 
     def _prune(self, published: Path) -> None:
         """Keep ``keep`` checkpoints: the one just published (verified as written) and the newest others.

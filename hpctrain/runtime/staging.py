@@ -15,7 +15,9 @@ Implements DCP's ``AsyncStager`` protocol, so ``dcp.async_save(..., async_stager
 
 from __future__ import annotations
 
+import logging
 import resource
+import shutil
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
@@ -24,6 +26,7 @@ import torch
 from torch.distributed.tensor import DTensor
 
 STATE = dict[str, Any]
+log = logging.getLogger(__name__)
 
 
 def tensors(state: Any) -> Iterator[torch.Tensor]:
@@ -48,6 +51,23 @@ def has_dtensor(state: Any) -> bool:
 
 def on_cuda(state: Any) -> bool:
     return any(t.device.type == "cuda" for t in tensors(state))
+
+
+def shared_memory_fits(state: dict[str, Any]) -> bool:
+    """Whether /dev/shm can hold the staging buffers a writer process reads (twice over, for headroom)."""
+    needed = sum(t.numel() * t.element_size() for t in tensors(state))
+    try:
+        free = shutil.disk_usage("/dev/shm").free
+    except OSError:
+        return False
+    if free < 2 * needed:
+        log.warning(
+            "/dev/shm has %.1f GB free for %.1f GB of checkpoint state: writing from a thread",
+            free / 1e9,
+            needed / 1e9,
+        )
+        return False
+    return True
 
 
 def raise_open_file_limit(needed: int) -> None:

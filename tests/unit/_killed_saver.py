@@ -19,6 +19,8 @@ if __name__ == "__main__":
     optimizer.step()
     checkpoints = Checkpointer(run_dir, 0, 2, lambda *a, **k: None, writer=sys.argv[2])
     checkpoints.save(1, model, optimizer, {"position": {"epoch": 0, "offset": 1}})
+    # Step 2 never gets past its checksums, so the kill lands while the save is in flight.
+    checkpoints._checksum_own_files = lambda tmp: time.sleep(600)  # type: ignore[method-assign]
     checkpoints.save(2, model, optimizer, {"position": {"epoch": 0, "offset": 2}}, blocking=False)
     print("staged", flush=True)
     time.sleep(600)

@@ -7,6 +7,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -124,8 +125,7 @@ def test_background_save_publishes_the_state_as_it_was_when_staged(tmp_path: Pat
     with torch.no_grad():
         for p in saved.parameters():
             p.add_(1.0)
-    assert not (tmp_path / "checkpoints" / "step-00000005").exists()  # published by wait()
-    checkpoints.wait()
+    checkpoints.wait()  # published in the background as soon as written; wait() confirms it
     folder = tmp_path / "checkpoints" / "step-00000005"
     assert verify(folder) is None
     assert not list(folder.glob(".sums-rank-*"))
@@ -154,6 +154,11 @@ def test_process_writer_reuses_its_staging_buffers(tmp_path: Path) -> None:
                 p.add_(1.0)
         model(torch.randn(3, 4)).sum().backward()
         optimizer.step()
+    # Published from the background thread before anyone waits: a kill now loses nothing.
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "checkpoints" / "step-00000002").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert verify(tmp_path / "checkpoints" / "step-00000002") is None
     checkpoints.wait()
     assert allocated == len(checkpoints.staging.buffers)  # the second save allocated nothing
     assert [e for e, _ in events.seen] == ["checkpoint", "checkpoint"]
