@@ -195,7 +195,8 @@ def summarize(lines: list[dict[str, Any]]) -> dict[str, Any]:
         return [x for x in train_lines if save["step"] < x["step"] <= save["step"] + steps]
 
     touched = {x["step"] for save in saves for x in window(save)}
-    steady = [x for x in train_lines[len(train_lines) // 2 :] if x["step"] not in touched]
+    later = train_lines[len(train_lines) // 2 :]
+    steady = [x for x in later if x["step"] not in touched] or later
     steady_step = statistics.median(x["step_time_s"] for x in steady)
     checkpoints = []
     for save in saves:

@@ -205,8 +205,8 @@ class Checkpointer:
         """Write checkpoint ``step``; returns the seconds training (the host) was blocked.
 
         The state is copied into host buffers that are reused from save to save, and the files are
-        written in the background; the checkpoint is published (manifest, rename) at the next save
-        or ``wait()``. ``blocking=True`` (preemption) waits for the publication before returning.
+        written, checksummed and published (manifest, rename) in the background; the next save or
+        ``wait()`` confirms the publication. ``blocking=True`` (preemption) waits for it here.
         """
         self.wait()
         started = time.perf_counter()
