@@ -102,6 +102,7 @@ def convert_to_fp8(model: nn.Module, device_type: str) -> list[str]:
 # ----------------------------------------------------------------------------------------------
 
 
+@functools.cache
 def _saved_ops() -> frozenset[Any]:
     """Ops whose outputs selective checkpointing keeps: the expensive ones (matmuls, attention)."""
     aten = torch.ops.aten
