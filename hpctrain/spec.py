@@ -196,8 +196,19 @@ class Train(Base):
         bool, Meta(description="Deterministic algorithms and data order (bitwise-repeatable runs).")
     ] = False
     precision: Annotated[
-        Literal["auto", "fp32", "bf16"], Meta(description="auto = bf16 autocast on GPU, fp32 on CPU.")
+        Literal["auto", "fp32", "bf16", "fp8"],
+        Meta(
+            description="auto = bf16 autocast on GPU, fp32 on CPU; fp8 = torchao float8 matmuls for the "
+            "large linear layers (H100/H200, needs torchao), bf16 autocast for the rest."
+        ),
     ] = "auto"
+    activation_checkpointing: Annotated[
+        Literal["none", "selective", "full"],
+        Meta(
+            description="Recompute activations in backward per block (Task.shard_units): selective keeps "
+            "matmul and attention outputs, full keeps only block inputs."
+        ),
+    ] = "none"
     compile: Annotated[bool, Meta(description="torch.compile the model.")] = False
     log_every: Annotated[int, Meta(ge=1, description="Steps between metrics lines.")] = 10
     eval_every: Annotated[int, Meta(ge=0, description="Steps between evaluations; 0 = at the end.")] = 0

@@ -10,8 +10,12 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
-overwritten) is skipped on load in favour of the previous one. Periodic saves are asynchronous:
-training is blocked only while the state is staged to host memory.
+overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state
+is copied into host buffers that are allocated once and reused (``runtime/staging.py``), and the
+files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
+killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every
+rank has written and checksummed its files, rank 0 publishes the checkpoint from its background
+thread; the next save (or ``wait()``) only confirms it with a barrier.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import threading
 import time
 import zlib
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -35,13 +40,18 @@ import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
 from torch import nn
+from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
+from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
+
+from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "manifest.json"
 TRAINER = "trainer.pt"
 EventFn = Callable[..., None]
+WRITE_THREADS = 4  # files per rank, written and checksummed in parallel
 
 
 def step_name(step: int) -> str:
@@ -71,12 +81,16 @@ def set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state_all(state["cuda"])
 
 
-def crc32(path: Path, chunk: int = 1 << 20) -> str:
+def crc32(path: Path, chunk: int = 16 << 20) -> str:
     value = 0
     with open(path, "rb") as handle:
         while block := handle.read(chunk):
             value = zlib.crc32(block, value)
     return f"{value:08x}"
+
+
+def file_sum(path: Path) -> dict[str, Any]:
+    return {"size": path.stat().st_size, "crc32": crc32(path)}
 
 
 def owner(name: str) -> int:
@@ -128,6 +142,20 @@ def verify(folder: Path) -> str | None:
 
 
 @dataclass
+class Pending:
+    """A save whose files are being written in the background."""
+
+    step: int
+    tmp: Path
+    final: Path
+    started: float
+    blocked: float
+    writer: threading.Thread
+    own_done: threading.Event  # this rank's files are written and checksummed
+    staged_bytes: int
+
+
+@dataclass
 class Restored:
     """What a resume hands back to the loop (model and optimizer are loaded in place)."""
 
@@ -137,16 +165,27 @@ class Restored:
 
 
 class Checkpointer:
-    """Saves and restores checkpoints in ``$RUN/checkpoints``; every method is collective."""
+    """Saves and restores checkpoints in ``$RUN/checkpoints``; every method is collective.
 
-    def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn) -> None:
+    ``writer`` picks who writes the files of a save: ``process`` (DCP's checkpoint process, one per
+    rank, started at the first save; the training process's GIL stays with the training loop),
+    ``thread`` (a thread of this process), or ``auto``: the process for GPU state without DTensors,
+    else the thread (sharded DTensor state is written by the thread of each rank).
+    """
+
+    def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn, writer: str = "auto") -> None:
         self.root = run_dir / "checkpoints"
         self.rank = rank
         self.keep = keep
         self.event = event
+        self.writer = writer
+        self.staging: HostStaging | None = None
         self._group: Any = None
-        self._pending: tuple[int, Path, Path, float, float, threading.Thread] | None = None
+        self._fenced: set[int] = set()
+        self._pending: Pending | None = None
         self._write_error: BaseException | None = None
+        self._written_at: float | None = None
+        self._published_at: float | None = None
 
     def complete(self) -> list[Path]:
         """Finished checkpoint folders, newest first."""
@@ -163,11 +202,11 @@ class Checkpointer:
         trainer: dict[str, Any],
         blocking: bool = True,
     ) -> float:
-        """Write checkpoint ``step``; returns the seconds training was blocked.
+        """Write checkpoint ``step``; returns the seconds training (the host) was blocked.
 
-        ``blocking=False`` only stages the state to host memory here; the files are written by a
-        background thread while training goes on, and the checkpoint is published (manifest, rename)
-        at the next save or ``wait()``. Preemption and the end of a run save with ``blocking=True``.
+        The state is copied into host buffers that are reused from save to save, and the files are
+        written, checksummed and published (manifest, rename) in the background; the next save or
+        ``wait()`` confirms the publication. ``blocking=True`` (preemption) waits for it here.
         """
         self.wait()
         started = time.perf_counter()
@@ -182,79 +221,144 @@ class Checkpointer:
         torch.save(rng_state(), tmp / rng_name(self.rank))
         if self.rank == 0:
             torch.save({"step": step, **trainer}, tmp / TRAINER)
-        if blocking:
-            dcp.save(state, checkpoint_id=str(tmp))
-            self._checksum_own_files(tmp)
-            blocked = time.perf_counter() - started
-            self._publish(step, tmp, final, started, blocked)
-            return blocked
-        # A group of its own: the background write's collectives must not interleave with training's.
-        if self._group is None:
-            self._group = dist.new_group(backend="gloo")
-        response = dcp.async_save(state, checkpoint_id=str(tmp), process_group=self._group)
+        staging = self._staging_for(state, model, optimizer)
+        kind = AsyncCheckpointerType.PROCESS if staging.shared else AsyncCheckpointerType.THREAD
+        response = dcp.async_save(
+            state,
+            storage_writer=FileSystemWriter(str(tmp), thread_count=WRITE_THREADS),
+            process_group=self._group,
+            async_checkpointer_type=kind,
+            async_stager=staging,
+        )
         upload = getattr(response, "upload_completion", response)
-        writer = threading.Thread(target=self._finish_write, args=(upload, tmp), daemon=True)
+        self._written_at = self._published_at = None
+        own_done = threading.Event()
+        writer = threading.Thread(
+            target=self._finish_write, args=(upload, step, tmp, final, own_done), daemon=True
+        )
         writer.start()
         blocked = time.perf_counter() - started
-        self._pending = (step, tmp, final, started, blocked, writer)
+        self._pending = Pending(step, tmp, final, started, blocked, writer, own_done, staging.staged_bytes)
         if self.rank == 0:
             log.info("checkpoint step %d staged in %.3f s; writing in the background", step, blocked)
+        if blocking:
+            self.wait()
+            return time.perf_counter() - started
         return blocked
 
-    def _finish_write(self, upload: Any, tmp: Path) -> None:
+    def _staging_for(
+        self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer
+    ) -> HostStaging:
+        """The run's stager (built at the first save) and the fence before the optimizer's update."""
+        if self._group is None:
+            # A group of its own: the background write's collectives must not interleave with training's.
+            self._group = dist.new_group(backend="gloo")
+        if self.staging is None:
+            cuda = on_cuda(state)
+            process = self.writer == "process" or (
+                self.writer == "auto" and cuda and not has_dtensor(state) and shared_memory_fits(state)
+            )
+            self.staging = HostStaging(cuda=cuda, shared=process)
+            self.staging.protect_in_place_updates(model.buffers())
+        if self.staging.cuda and id(optimizer) not in self._fenced:
+            staging = self.staging
+            optimizer.register_step_pre_hook(lambda *_: staging.fence())
+            self._fenced.add(id(optimizer))
+        return self.staging
+
+    def _finish_write(
+        self, upload: Any, step: int, tmp: Path, final: Path, own_done: threading.Event
+    ) -> None:
+        """Background: wait for the files, checksum this rank's; rank 0 then publishes as soon as every
+        rank's sums are there, so a checkpoint is loadable long before the next save."""
         try:
             upload.result()
+            self._written_at = time.perf_counter()
             self._checksum_own_files(tmp)
         except BaseException as error:  # reported on the main thread by wait()
             self._write_error = error
+            return
+        finally:
+            own_done.set()
+        if self.rank != 0:
+            return
+        try:
+            world = dist.get_world_size()
+            while not all((tmp / f".sums-rank-{rank}.json").exists() for rank in range(world)):
+                time.sleep(0.05)  # a dead peer never writes its sums: wait()'s barrier reports it
+            self._rename(step, tmp, final)
+            self._published_at = time.perf_counter()
+        except BaseException as error:
+            self._write_error = error
 
     def _checksum_own_files(self, tmp: Path) -> None:
-        """Each rank checksums the files it wrote, in parallel with the others."""
+        """Each rank checksums the files it wrote, in parallel with the others (zlib frees the GIL)."""
         mine = [
             p for p in tmp.iterdir() if p.is_file() and not bookkeeping(p.name) and owner(p.name) == self.rank
         ]
-        sums = {p.name: {"size": p.stat().st_size, "crc32": crc32(p)} for p in mine}
-        (tmp / f".sums-rank-{self.rank}.json").write_text(json.dumps(sums))
+        with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
+            sums = dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
+        part = tmp / f".sums-rank-{self.rank}.part"
+        part.write_text(json.dumps(sums))
+        os.replace(part, tmp / f".sums-rank-{self.rank}.json")  # rank 0 never reads half a file
+
+    def _rename(self, step: int, tmp: Path, final: Path) -> None:
+        """Rank 0: manifest, then the atomic rename that makes the checkpoint loadable, then pruning."""
+        write_manifest(tmp, step)
+        shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
+        os.replace(tmp, final)
+        self._prune(final)
 
     def wait(self) -> None:
-        """Publish the checkpoint being written in the background, if any (collective)."""
+        """Until the checkpoint being written in the background is published, if any (collective)."""
         if self._pending is None:
             return
-        step, tmp, final, started, blocked, writer = self._pending
-        self._pending = None
-        writer.join()
+        pending, self._pending = self._pending, None
+        pending.own_done.wait()
+        if self._write_error is None:
+            dist.barrier()  # every rank's sums are in tmp (a dead peer times out here)
+            pending.writer.join()  # rank 0: the rename
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
-            raise RuntimeError(f"background checkpoint write of step {step} failed: {error}") from error
-        self._publish(step, tmp, final, started, blocked)
-
-    def _publish(self, step: int, tmp: Path, final: Path, started: float, blocked: float) -> None:
-        dist.barrier()  # every rank's files and sums are in tmp
-        if self.rank == 0:
-            write_manifest(tmp, step)
-            shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
-            os.replace(tmp, final)
-            self._prune()
+            raise RuntimeError(
+                f"background checkpoint write of step {pending.step} failed: {error}"
+            ) from error
         dist.barrier()  # nobody moves on (or exits for a requeue) before the rename
         if self.rank == 0:
-            seconds = time.perf_counter() - started
-            log.info(
-                "checkpoint step %d saved to %s: training blocked %.3f s, written after %.3f s",
-                step,
-                final,
-                blocked,
-                seconds,
-            )
-            self.event(
-                "checkpoint",
-                step=step,
-                path=str(final),
-                save_s=round(blocked, 4),
-                written_s=round(seconds, 4),
-            )
+            self._report(pending)
 
-    def _prune(self) -> None:
-        for old in self.complete()[self.keep :]:
+    def _report(self, pending: Pending) -> None:
+        now = time.perf_counter()
+        write_s = (self._written_at or now) - pending.started
+        published_s = (self._published_at or now) - pending.started
+        log.info(
+            "checkpoint step %d saved to %s: training blocked %.3f s, files written after %.3f s "
+            "(%.2f GB/s), published after %.3f s",
+            pending.step,
+            pending.final,
+            pending.blocked,
+            write_s,
+            pending.staged_bytes / write_s / 1e9,
+            published_s,
+        )
+        self.event(
+            "checkpoint",
+            step=pending.step,
+            path=str(pending.final),
+            save_s=round(pending.blocked, 4),
+            write_s=round(write_s, 4),
+            written_s=round(published_s, 4),
+            bytes=pending.staged_bytes,
+        )
+
+    def _prune(self, published: Path) -> None:
+        """Keep ``keep`` checkpoints: the one just published (verified as written) and the newest others.
+
+        The one just published is never deleted, even when older-named folders outrank it (a run that
+        resumed past a corrupt newer checkpoint).
+        """
+        others = [p for p in self.complete() if p != published]
+        for old in others[self.keep - 1 :]:
             shutil.rmtree(old, ignore_errors=True)
 
     def clean_partial(self) -> None:

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, signals
+from hpctrain.runtime import data, precision, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
@@ -139,6 +139,7 @@ class Trainer:
         configure_determinism(self.train)
         self.task = load_task(self.train)
         self.task_mesh = TaskMesh.for_task(resolved, dist_info.local_rank)
+        precision.prepare(self.task, self.train, self.task_mesh.device.type)  # fp8, activation checkpointing
         self.strategy = build_strategy(resolved, dist_info, self.task_mesh, self.task)
         # Dropout differs between data shards but not between tp/pp peers of one replica.
         seed_everything(self.train.seed + 1 + self.strategy.data_rank)
@@ -317,9 +318,10 @@ class Trainer:
             if stop:
                 return self._preempted()
         self.preemption.drain()
-        self.save()
+        self.save(blocking=False)  # the files are written while the final evaluation and export run
         evaluation = self.evaluate()
         self._export()
+        self.checkpoints.wait()
         self._finish(evaluation, sum(self.step_times), self.step - first_step)
         return "completed"
 

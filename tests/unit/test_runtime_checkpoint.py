@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import json
 import random
+import signal
+import subprocess
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -121,8 +125,7 @@ def test_background_save_publishes_the_state_as_it_was_when_staged(tmp_path: Pat
     with torch.no_grad():
         for p in saved.parameters():
             p.add_(1.0)
-    assert not (tmp_path / "checkpoints" / "step-00000005").exists()  # published by wait()
-    checkpoints.wait()
+    checkpoints.wait()  # published in the background as soon as written; wait() confirms it
     folder = tmp_path / "checkpoints" / "step-00000005"
     assert verify(folder) is None
     assert not list(folder.glob(".sums-rank-*"))
@@ -133,3 +136,72 @@ def test_background_save_publishes_the_state_as_it_was_when_staged(tmp_path: Pat
     assert restored is not None and restored.step == 5
     for a, b in zip(model.parameters(), expected, strict=True):
         assert torch.equal(a, b)
+
+
+def test_process_writer_reuses_its_staging_buffers(tmp_path: Path) -> None:
+    """The checkpoint process writes from shared buffers that the first save allocated, once."""
+    events = Events()
+    checkpoints = Checkpointer(tmp_path, 0, 2, events, writer="process")
+    model, optimizer = model_and_optimizer(1)
+    states = []
+    for step in (1, 2):
+        states.append([p.detach().clone() for p in model.parameters()])
+        checkpoints.save(step, model, optimizer, {"position": {"epoch": 0, "offset": step}}, blocking=False)
+        assert checkpoints.staging is not None and checkpoints.staging.shared
+        allocated = checkpoints.staging.allocations
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(1.0)
+        model(torch.randn(3, 4)).sum().backward()
+        optimizer.step()
+    # Published from the background thread before anyone waits: a kill now loses nothing.
+    deadline = time.monotonic() + 60
+    while not (tmp_path / "checkpoints" / "step-00000002").is_dir() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert verify(tmp_path / "checkpoints" / "step-00000002") is None
+    checkpoints.wait()
+    assert allocated == len(checkpoints.staging.buffers)  # the second save allocated nothing
+    assert [e for e, _ in events.seen] == ["checkpoint", "checkpoint"]
+    assert events.seen[-1][1]["bytes"] > 0
+    for step in (1, 2):
+        assert verify(tmp_path / "checkpoints" / f"step-{step:08d}") is None
+    restored = checkpoints.load(*model_and_optimizer(seed=5))
+    assert restored is not None and restored.step == 2
+    fresh, fresh_optimizer = model_and_optimizer(seed=5)
+    checkpoints.load(fresh, fresh_optimizer)
+    for a, b in zip(fresh.parameters(), states[1], strict=True):
+        assert torch.equal(a, b)
+
+
+def test_pruning_never_deletes_the_checkpoint_just_published(tmp_path: Path) -> None:
+    """A run resumed behind a newer (corrupt) folder keeps its own newest save even with keep=1."""
+    save(tmp_path, 5, seed=1, keep=3)
+    newer = tmp_path / "checkpoints" / "step-00000009"
+    newer.mkdir()
+    (newer / "manifest.json").write_text("{not json")
+    checkpoints, _, _ = save(tmp_path, 6, seed=2, keep=1)
+    names = sorted(p.name for p in checkpoints.complete())
+    assert "step-00000006" in names and "step-00000005" not in names
+    assert checkpoints.load(*model_and_optimizer(seed=3)).step == 6  # type: ignore[union-attr]
+
+
+def test_rank_killed_during_a_background_save_leaves_nothing_loadable(tmp_path: Path) -> None:
+    """SIGKILL of a rank whose checkpoint process is writing: step 2 stays a .tmp folder, step 1 loads."""
+    helper = Path(__file__).with_name("_killed_saver.py")
+    proc = subprocess.Popen(
+        [sys.executable, str(helper), str(tmp_path), "process"], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "staged"
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    checkpoints = Checkpointer(tmp_path, 0, 2, Events())
+    assert [p.name for p in checkpoints.complete()] == ["step-00000001"]
+    assert (tmp_path / "checkpoints" / "step-00000002.tmp").is_dir()
+    model = nn.Linear(1024, 1024)
+    optimizer = torch.optim.AdamW(model.parameters())
+    restored = checkpoints.load(model, optimizer)
+    assert restored is not None and restored.step == 1
+    checkpoints.clean_partial()
+    assert not (tmp_path / "checkpoints" / "step-00000002.tmp").exists()

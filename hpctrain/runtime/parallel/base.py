@@ -213,8 +213,8 @@ def maybe_compile(module: nn.Module, enabled: bool) -> None:
 
 
 def autocast_dtype(precision: str, device: torch.device) -> torch.dtype | None:
-    """bf16 for precision bf16, or auto on a GPU; fp32 (no autocast) otherwise."""
-    if precision == "bf16" or (precision == "auto" and device.type == "cuda"):
+    """bf16 for precision bf16 or fp8 (ops that are not fp8 matmuls), or auto on a GPU; else fp32."""
+    if precision in ("bf16", "fp8") or (precision == "auto" and device.type == "cuda"):
         return torch.bfloat16
     return None
 
