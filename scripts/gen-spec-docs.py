@@ -15,7 +15,7 @@ sys.path.insert(0, str(ROOT))
 
 from hpctrain.spec import JobSpec, Site, field_docs  # noqa: E402 - needs ROOT on sys.path
 
-BEGIN = "<!-- BEGIN GENERATED: {name} fields, by scripts/gen-spec-docs.py from hpctrain/spec.py -->"
+BEGIN = "<!-- BEGIN GENERATED: {name} fields, by scripts/gen-spec-docs.py from hpctrain/spec/ -->"
 END = "<!-- END GENERATED: {name} fields -->"
 
 

@@ -1,0 +1,344 @@
+"""JobSpec: what a job asks for (resources, training, layout, sweep), with field docs as help text."""
+
+import re
+from typing import Annotated, Any, Literal
+
+from msgspec import Meta
+
+from hpctrain.layout import DIMS, Layout, check_request
+from hpctrain.slurm_values import (
+    MAIL_TYPES,
+    NAME,
+    PATTERN_WORDS,
+    SBATCH_VALUE,
+    EnvValue,
+    NodeName,
+    ShellLine,
+    SlurmWord,
+    check,
+    check_env,
+    memory_mb,
+    sbatch_option_problem,
+    signal_name,
+    time_minutes,
+)
+from hpctrain.spec.base import Base
+
+# ----------------------------------------------------------------------------------------------
+# Job spec
+# ----------------------------------------------------------------------------------------------
+
+
+class Resources(Base):
+    nodes: Annotated[int, Meta(ge=1, description="Number of nodes.")] = 1
+    gpus_per_node: Annotated[int, Meta(ge=0, description="GPUs per node; 0 runs on CPUs with gloo.")] = 0
+    tasks_per_node: Annotated[
+        int | None,
+        Meta(description="Processes per node; defaults to gpus_per_node (or 1 on CPU jobs)."),
+    ] = None
+    cpus_per_task: Annotated[int, Meta(ge=1, description="CPU cores per task (per GPU).")] = 1
+    mem: Annotated[
+        str | None, Meta(description="Memory per node, Slurm syntax (16G); site default if unset.")
+    ] = None
+    time: Annotated[str, Meta(description="Time limit, Slurm syntax (HH:MM:SS, D-HH:MM).")] = "00:30:00"
+    partition: Annotated[SlurmWord | None, Meta(description="Partition; site default if unset.")] = None
+    account: Annotated[SlurmWord | None, Meta(description="Account to charge.")] = None
+    qos: Annotated[SlurmWord | None, Meta(description="Quality of service.")] = None
+    constraint: Annotated[SlurmWord | None, Meta(description="Node feature constraint (--constraint).")] = (
+        None
+    )
+    exclusive: Annotated[bool, Meta(description="Ask for whole nodes (--exclusive).")] = False
+    gpu_type: Annotated[
+        SlurmWord | None,
+        Meta(description="GPU type (--gres=gpu:TYPE:N); must be the partition's; default: the partition's."),
+    ] = None
+    exclude: Annotated[list[NodeName], Meta(description="Nodes never to run on (--exclude).")] = []
+    nodelist: Annotated[
+        list[NodeName], Meta(description="Nodes the job must include (--nodelist); at most `nodes` of them.")
+    ] = []
+    reservation: Annotated[SlurmWord | None, Meta(description="Run inside this reservation.")] = None
+    licenses: Annotated[SlurmWord | None, Meta(description="Licenses to hold (--licenses=matlab:1).")] = None
+
+    def __post_init__(self) -> None:
+        check("time", time_minutes, self.time)
+        if self.mem is not None:
+            check("mem", memory_mb, self.mem)
+        if self.tasks_per_node is not None and self.tasks_per_node < 1:
+            raise ValueError("tasks_per_node: must be >= 1")
+        if len(self.nodelist) > self.nodes:
+            raise ValueError(f"nodelist: {len(self.nodelist)} nodes named, the job asks for {self.nodes}")
+        both = sorted(set(self.nodelist) & set(self.exclude))
+        if both:
+            raise ValueError(f"nodelist: {', '.join(both)} also in exclude")
+
+    @property
+    def ntasks_per_node(self) -> int:
+        if self.tasks_per_node is not None:
+            return self.tasks_per_node
+        return self.gpus_per_node or 1
+
+
+class ParameterServer(Base):
+    servers: Annotated[int, Meta(ge=1, description="Server processes holding parameter shards.")] = 1
+    mode: Annotated[
+        Literal["sync", "async", "bounded"],
+        Meta(
+            description="sync: average all workers per step; async: apply on arrival; "
+            "bounded: async with at most `staleness` steps of lag."
+        ),
+    ] = "sync"
+    staleness: Annotated[int, Meta(ge=0, description="Staleness limit for bounded mode.")] = 2
+    heterogeneous: Annotated[
+        bool,
+        Meta(
+            description="Submit servers as their own Slurm hetjob component; false runs them in "
+            "the workers' allocation."
+        ),
+    ] = True
+    partition: Annotated[SlurmWord | None, Meta(description="Partition for the servers.")] = None
+    nodes: Annotated[int, Meta(ge=1, description="Nodes for the server component.")] = 1
+    cpus_per_server: Annotated[int, Meta(ge=1, description="CPU cores per server.")] = 1
+    mem: Annotated[str | None, Meta(description="Memory per server node (Slurm syntax).")] = None
+    worker_timeout: Annotated[
+        float, Meta(gt=0, description="Seconds of silence after which async servers drop a worker.")
+    ] = 30.0
+    feeding: Annotated[
+        Literal["between-graph", "in-graph"],
+        Meta(
+            description="between-graph: each worker reads its own data shard; in-graph: server 0 "
+            "reads the data and sends each worker its batch with its reply."
+        ),
+    ] = "between-graph"
+
+
+class Parallel(Base):
+    """Parallel dimensions; their product is the world size (one dimension may be -1 = the rest)."""
+
+    dp: Annotated[int, Meta(description="Data-parallel replicas (DDP); -1 fills the rest.")] = -1
+    fsdp: Annotated[int, Meta(description="Fully sharded (FSDP2) degree; -1 fills the rest.")] = 1
+    tp: Annotated[int, Meta(description="Tensor-parallel degree, inside one node.")] = 1
+    pp: Annotated[int, Meta(description="Pipeline stages.")] = 1
+    pp_schedule: Annotated[
+        Literal["gpipe", "1f1b", "interleaved1f1b"], Meta(description="Pipeline schedule.")
+    ] = "1f1b"
+    microbatches: Annotated[int, Meta(ge=1, description="Pipeline microbatches per step.")] = 4
+    reshard_after_forward: Annotated[
+        bool, Meta(description="FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2).")
+    ] = True
+    ps: Annotated[
+        ParameterServer | None, Meta(description="Parameter-server training instead of collectives.")
+    ] = None
+
+    def __post_init__(self) -> None:
+        check_request(self.degrees)
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        """The requested degree of every dim (-1: the rest of the world)."""
+        return {name: getattr(self, name) for name in DIMS}
+
+    def layout(self, world_size: int, tasks_per_node: int | None = None) -> Layout:
+        """The validated layout of these dims on ``world_size`` tasks; LayoutError names the dim."""
+        return Layout.plan(self.degrees, world_size, tasks_per_node)
+
+
+SHORTHANDS: dict[str, Parallel] = {
+    "ddp": Parallel(),
+    "fsdp": Parallel(dp=1, fsdp=-1),
+    "tp": Parallel(dp=1, tp=-1),
+    "pp": Parallel(dp=1, pp=-1),
+    "ps": Parallel(ps=ParameterServer()),
+}
+
+
+class Train(Base):
+    """What the runtime does inside the allocation."""
+
+    entrypoint: Annotated[
+        str,
+        Meta(
+            pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z",
+            description="module:function returning an hpctrain.runtime.task.Task.",
+        ),
+    ]
+    parallel: Annotated[
+        Literal["ddp", "fsdp", "tp", "pp", "ps"] | Parallel,
+        Meta(description="Shorthand (ddp, fsdp, tp, pp, ps) or explicit dims {dp, fsdp, tp, pp, ...}."),
+    ] = "ddp"
+    steps: Annotated[int, Meta(ge=1, description="Optimizer steps to train.")] = 100
+    batch_size: Annotated[int, Meta(ge=1, description="Global batch size (samples per step).")] = 32
+    grad_accum: Annotated[int, Meta(ge=1, description="Micro-steps accumulated per optimizer step.")] = 1
+    lr: Annotated[float, Meta(gt=0, description="Peak learning rate.")] = 1e-3
+    weight_decay: Annotated[float, Meta(ge=0, description="AdamW weight decay.")] = 0.0
+    warmup_steps: Annotated[int, Meta(ge=0, description="Linear warm-up steps.")] = 0
+    lr_schedule: Annotated[Literal["constant", "cosine"], Meta(description="LR decay.")] = "constant"
+    grad_clip: Annotated[
+        Annotated[float, Meta(gt=0)] | None, Meta(description="Clip gradient norm to this value (> 0).")
+    ] = None
+    seed: Annotated[int, Meta(description="Seed for model init, data order and dropout.")] = 0
+    deterministic: Annotated[
+        bool, Meta(description="Deterministic algorithms and data order (bitwise-repeatable runs).")
+    ] = False
+    precision: Annotated[
+        Literal["auto", "fp32", "bf16", "fp8"],
+        Meta(
+            description="auto = bf16 autocast on GPU, fp32 on CPU; fp8 = torchao float8 matmuls for the "
+            "large linear layers (H100/H200, needs torchao), bf16 autocast for the rest."
+        ),
+    ] = "auto"
+    activation_checkpointing: Annotated[
+        Literal["none", "selective", "full"],
+        Meta(
+            description="Recompute activations in backward per block (Task.shard_units): selective keeps "
+            "matmul and attention outputs, full keeps only block inputs."
+        ),
+    ] = "none"
+    compile: Annotated[bool, Meta(description="torch.compile the model.")] = False
+    log_every: Annotated[int, Meta(ge=1, description="Steps between metrics lines.")] = 10
+    eval_every: Annotated[int, Meta(ge=0, description="Steps between evaluations; 0 = at the end.")] = 0
+    checkpoint_every: Annotated[int, Meta(ge=0, description="Steps between checkpoints; 0 = end only.")] = 0
+    keep_checkpoints: Annotated[int, Meta(ge=1, description="Checkpoints kept on disk.")] = 2
+    timeout_s: Annotated[
+        int, Meta(ge=10, description="Collective timeout: a dead peer ends the job after this long.")
+    ] = 120
+    export_final: Annotated[
+        bool, Meta(description="Rank 0 writes the full final weights to final_model.pt in the run dir.")
+    ] = False
+    options: Annotated[
+        dict[str, Any], Meta(description="Free-form settings handed to the entrypoint (model size...).")
+    ] = {}
+
+    @property
+    def parallel_dims(self) -> Parallel:
+        return SHORTHANDS[self.parallel] if isinstance(self.parallel, str) else self.parallel
+
+
+class Preemption(Base):
+    signal: Annotated[
+        str, Meta(description="Signal Slurm sends before the time limit (USR1, SIGTERM...).")
+    ] = "USR1"
+    lead_time: Annotated[
+        int, Meta(ge=0, description="Seconds before the time limit that the signal comes.")
+    ] = 90
+    requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
+
+    def __post_init__(self) -> None:
+        check("signal", signal_name, self.signal)
+
+
+class EarlyStop(Base):
+    """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
+
+    after_steps: Annotated[
+        int, Meta(ge=1, description="M: the first step at which trials are compared (an eval step).")
+    ]
+    min_trials: Annotated[
+        int, Meta(ge=2, description="Trials that must have reached a step before any is ended there.")
+    ] = 3
+
+
+class Sweep(Base):
+    """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
+
+    grid: Annotated[
+        dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], list[EnvValue]],
+        Meta(description="Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."),
+    ] = {}
+    random: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Run this many distinct combinations drawn from the grid, not all of them."),
+    ] = None
+    seed: Annotated[int, Meta(description="Seed of the random draw: the same seed, the same trials.")] = 0
+    max_parallel: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Trials running at once (the array's %K); unset = no limit."),
+    ] = None
+    metric: Annotated[
+        str,
+        Meta(
+            pattern=r"\A[a-z_]+\Z",
+            description="Result field that ranks trials: eval_loss, eval_accuracy, final_loss...",
+        ),
+    ] = "eval_loss"
+    mode: Annotated[
+        Literal["min", "max"], Meta(description="Whether a lower or a higher metric is better.")
+    ] = "min"
+    early_stop: Annotated[
+        EarlyStop | None, Meta(description="End trials that fall behind (successive halving); unset = never.")
+    ] = None
+
+
+class JobSpec(Base):
+    name: Annotated[str, Meta(pattern=NAME, description="Job name (letters, digits, . _ -).")]
+    train: Annotated[Train, Meta(description="The training the runtime does.")]
+    resources: Annotated[Resources, Meta(description="What to ask Slurm for.")] = Resources()
+    launcher: Annotated[
+        Literal["srun", "torchrun", "mpi"],
+        Meta(
+            description="srun: one task per GPU; torchrun: one torchrun per node; mpi: srun with "
+            "the site's MPI plugin, ranks from mpi4py."
+        ),
+    ] = "srun"
+    env: Annotated[dict[str, EnvValue], Meta(description="Environment variables for every task.")] = {}
+    setup: Annotated[
+        list[ShellLine],
+        Meta(description="Shell lines run before launch (module loads, venv activation); run as written."),
+    ] = []
+    array: Annotated[
+        Annotated[str, Meta(pattern=r"\A[0-9,\-:%]+\Z")] | None,
+        Meta(description="Job array indices, Slurm syntax (0-7%2)."),
+    ] = None
+    dependency: Annotated[
+        Annotated[str, Meta(pattern=r"\A[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*\Z")] | None,
+        Meta(description="Slurm dependency (afterok:123)."),
+    ] = None
+    preemption: Annotated[
+        Preemption | None,
+        Meta(description="Signal before the time limit, and requeue; site default if unset."),
+    ] = None
+    begin: Annotated[
+        SlurmWord | None,
+        Meta(description="Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."),
+    ] = None
+    comment: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")] | None,
+        Meta(
+            description="Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."
+        ),
+    ] = None
+    mail_type: Annotated[
+        list[Literal[MAIL_TYPES]],  # type: ignore[valid-type]
+        Meta(description="When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."),
+    ] = []
+    mail_user: Annotated[
+        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")] | None,
+        Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
+    ] = None
+    sbatch: Annotated[
+        dict[str, str | int | bool],
+        Meta(
+            description="Other sbatch options, {option: value} without `--` (true: a flag); "
+            "options hpctrain sets itself are refused."
+        ),
+    ] = {}
+    preflight: Annotated[
+        bool | None,
+        Meta(
+            description="Check nodes and an all-reduce before training; a bad node is excluded and the "
+            "job requeued. Default: on for multi-node GPU jobs."
+        ),
+    ] = None
+    sweep: Annotated[
+        Sweep | None, Meta(description="Hyper-parameter sweep; submit with `hpctrain sweep`.")
+    ] = None
+
+    def __post_init__(self) -> None:
+        check_env("env", self.env)
+        for key, value in self.sbatch.items():
+            problem = sbatch_option_problem(key)
+            if problem:
+                raise ValueError(f"sbatch: {problem}")
+            if value is False:
+                raise ValueError(f"sbatch: {key}: false is ambiguous; leave the option out instead")
+            if isinstance(value, str) and not re.fullmatch(SBATCH_VALUE, value):
+                raise ValueError(f"sbatch: {key}: {value!r} may hold only {PATTERN_WORDS[SBATCH_VALUE]}")
