@@ -318,10 +318,11 @@ def print_table(rows: dict[str, dict[str, Any]]) -> None:
             f"{row['peak_mem_gb']:8.1f} {row['final_loss']:8.4f}"
         )
         for save in row.get("checkpoints", []):
-            gbps = save["bytes"] / save["write_s"] / 1e9 if save.get("bytes") else float("nan")
+            write_s = save.get("write_s") or float("nan")
+            gbps = save["bytes"] / write_s / 1e9 if save.get("bytes") else float("nan")
             print(
                 f"    checkpoint step {save['step']}: host blocked {save['save_s']:.3f} s, step-time cost "
-                f"{save['extra_s']:.2f} s, files on disk after {save['write_s']:.1f} s ({gbps:.2f} GB/s), "
+                f"{save['extra_s']:.2f} s, files on disk after {write_s:.1f} s ({gbps:.2f} GB/s), "
                 f"published after {save['written_s']:.1f} s"
             )
 
