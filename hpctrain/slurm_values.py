@@ -45,7 +45,8 @@ RESERVED_ENV_PREFIXES = ("SLURM_", "HPCTRAIN_", "BASH", "SRUN_", "SBATCH_", "PMI
 RESERVED_ENV = frozenset(
     {
         # assigned by the templates (tests/unit/test_hostile_render.py checks the list against them)
-        "RUN_DIR", "PYTHON", "MASTER_ADDR", "MASTER_PORT", "step_pid", "status", "bad_nodes", "excluded_nodes",
+        "RUN_DIR", "PYTHON", "MASTER_ADDR", "MASTER_PORT", "step_pid", "status",
+        "bad_nodes", "excluded_nodes",
         # bash's special and read-only variables
         "UID", "EUID", "PPID", "SHELLOPTS", "IFS", "PS1", "PS2", "PS3", "PS4", "PROMPT_COMMAND",
         "ENV", "CDPATH", "GLOBIGNORE", "POSIXLY_CORRECT", "TMOUT", "RANDOM", "SRANDOM", "SECONDS",

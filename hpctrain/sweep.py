@@ -148,10 +148,11 @@ def resolve_trials(
     job_path: str | Path, site: str, overrides: list[str], cli_grid: list[str], **options: Any
 ) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
     """Every trial's resolved spec; the first trial the site refuses stops everything, named."""
-    from hpctrain.submission import site_search_path
+    from hpctrain import sites
+    from hpctrain.resources import job_file
 
-    job = spec.load_job(job_path, overrides)
-    site_profile = spec.load_site(site, site_search_path())
+    job = spec.load_job(job_file(job_path), overrides)
+    site_profile = spec.load_site(sites.locate(site))
     chosen = settings(job, cli_grid, **options)
     if job.array:
         raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
