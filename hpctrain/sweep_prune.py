@@ -132,7 +132,8 @@ def main() -> int:
         return 0
     index = int(os.environ["HPCTRAIN_ARRAY_INDEX"])
     run = rundir.RunDir(root.parent).element(index)
-    return watch(run, settings, resolved.job.train.steps, os.environ["SLURM_JOB_ID"])
+    # The element itself (array_task), never the array: the element with the array's id would take all.
+    return watch(run, settings, resolved.job.train.steps, os.environ["HPCTRAIN_JOB_REF"])
 
 
 if __name__ == "__main__":
