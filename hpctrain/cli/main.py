@@ -29,7 +29,9 @@ EXIT_FAILURE = 1
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
-    """The parser; with `only`, just that verb's subparser is built (the others cost start-up time)."""
+    """The parser; with `only`, just that verb's subparser is built (the others cost start-up time).
+
+    `only=None` builds every verb's arguments (shell completion reads them all)."""
     parser = argparse.ArgumentParser(
         prog="hpctrain",
         description="Distributed PyTorch training on Slurm: render, submit, track, cancel.",
@@ -51,7 +53,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    verb = argv[0] if argv and argv[0] in VERBS else None
+    # Without a verb (`hpctrain`, `hpctrain --help`) no verb module is imported: "" names none.
+    verb = argv[0] if argv and argv[0] in VERBS else ""
     parser = build_parser(verb)
     args = parser.parse_args(argv)
     if not getattr(args, "verb", None):
