@@ -44,6 +44,8 @@ def locate(name_or_path: str) -> Path:
     """A profile by path, or by name from search_path(); a name found nowhere is a one-line SpecError."""
     from hpctrain.errors import SpecError
 
+    if not str(name_or_path).strip():
+        raise SpecError("--site: empty; give a site name (e.g. local) or a path")
     path = Path(name_or_path)
     if path.suffix or path.exists() or len(path.parts) != 1:
         return path
