@@ -119,23 +119,39 @@ def parse_gpu_health(text: str) -> list[str]:
     return problems
 
 
-def gpu_health() -> list[str]:
-    """ECC and clock problems from nvidia-smi; nothing when there is no nvidia-smi."""
-    if shutil.which("nvidia-smi") is None:
-        return []
+def parse_dcgm_diag(text: str) -> list[str]:
+    """Failed checks in `dcgmi diag -r 1` output: the table rows whose result cell says Fail."""
+    problems = []
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) >= 2 and cells[0] and cells[-1].lower().startswith("fail"):
+            problems.append(f"dcgmi diag: {cells[0]} failed")
+    return problems
+
+
+def _run_tool(argv: list[str], timeout: float) -> tuple[str, str | None]:
+    """A health tool's output, and the one-line problem of running it (None when it ran fine)."""
     try:
-        proc = subprocess.run(
-            ["nvidia-smi", f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits"],
-            capture_output=True,
-            text=True,
-            timeout=20,
-            check=False,
-        )
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except (OSError, subprocess.TimeoutExpired) as err:
-        return [f"nvidia-smi failed: {err}"]
+        return "", f"{argv[0]} failed: {err}"
     if proc.returncode != 0:
-        return [f"nvidia-smi failed: {(proc.stderr or proc.stdout).strip()[:120]}"]
-    return parse_gpu_health(proc.stdout)
+        return proc.stdout, f"{argv[0]} failed: {(proc.stderr or proc.stdout).strip()[:120]}"
+    return proc.stdout, None
+
+
+def gpu_health() -> list[str]:
+    """ECC and clock problems from nvidia-smi, and DCGM's quick diagnostic where DCGM is installed."""
+    problems: list[str] = []
+    if shutil.which("nvidia-smi") is not None:
+        query = ["nvidia-smi", f"--query-gpu={HEALTH_QUERY}", "--format=csv,noheader,nounits"]
+        output, problem = _run_tool(query, timeout=20)
+        problems += [problem] if problem else parse_gpu_health(output)
+    if shutil.which("dcgmi") is not None:
+        # Level 1 takes seconds: deployment, NVML and PCIe checks, not the long stress tests.
+        output, problem = _run_tool(["dcgmi", "diag", "-r", "1"], timeout=120)
+        problems += parse_dcgm_diag(output) or ([problem] if problem else [])
+    return problems
 
 
 def ib_ports() -> list[str]:

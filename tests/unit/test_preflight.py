@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
 
 from hpctrain import spec
 from hpctrain.render import render
-from hpctrain.runtime.preflight import NodeFacts, busbw_gbps, injected_delay, judge, parse_gpu_health
+from hpctrain.runtime.preflight import (
+    NodeFacts,
+    busbw_gbps,
+    gpu_health,
+    injected_delay,
+    judge,
+    parse_gpu_health,
+)
 from tests.conftest import JOBS, SITES
 
 
@@ -77,3 +85,34 @@ def test_preflight_step_default(overrides: list[str], expected: bool, tmp_path: 
     resolved = spec.resolve(job, spec.load_site(SITES / "local.yaml"))
     script = render(resolved, tmp_path)
     assert ("-m hpctrain.runtime.preflight" in script) is expected
+
+
+DCGM_DIAG = """\
++---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Deployment  --------+------------------------------------------------|
+| Denylist                  | Pass                                           |
+| NVML Library              | Pass                                           |
+| Persistence Mode          | Fail                                           |
+|                           | GPU0: Persistence mode for GPU 0 is disabled.  |
+| Environment Variables     | Pass                                           |
++---------------------------+------------------------------------------------+
+"""
+
+
+def test_dcgm_quick_diagnostic_failures_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where DCGM is installed, `dcgmi diag -r 1` runs and each failed check is one problem."""
+    tool = tmp_path / "dcgmi"
+    (tmp_path / "diag.txt").write_text(DCGM_DIAG)
+    diag = tmp_path / "diag.txt"
+    # Like dcgmi: the table on stdout, a non-zero exit when a check failed.
+    cat, grep = shutil.which("cat"), shutil.which("grep")  # PATH will hold only the fake tool
+    tool.write_text(f'#!/bin/sh\n[ "$*" = "diag -r 1" ] || exit 9\n{cat} {diag}\n! {grep} -q Fail {diag}\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here: only the DCGM check runs
+    assert gpu_health() == ["dcgmi diag: Persistence Mode failed"]
+    (tmp_path / "diag.txt").write_text(DCGM_DIAG.replace("| Fail ", "| Pass "))
+    assert gpu_health() == []
+    tool.write_text("#!/bin/sh\necho 'Error: unable to connect to host engine' >&2\nexit 1\n")
+    assert gpu_health() == ["dcgmi failed: Error: unable to connect to host engine"]
