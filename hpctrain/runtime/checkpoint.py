@@ -44,6 +44,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
+from hpctrain.rundir import RunDir
 from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
 
 log = logging.getLogger(__name__)
@@ -174,7 +175,7 @@ class Checkpointer:
     """
 
     def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn, writer: str = "auto") -> None:
-        self.root = run_dir / "checkpoints"
+        self.root = RunDir(run_dir).checkpoints
         self.rank = rank
         self.keep = keep
         self.event = event
