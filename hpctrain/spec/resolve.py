@@ -132,17 +132,11 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
     return decode(JobSpec, data, str(path))
 
 
-def load_site(name_or_path: str | Path, search: list[Path] | None = None) -> Site:
-    """A site by path, or by name from the search folders (site-configs/NAME.yaml)."""
-    if not str(name_or_path).strip():
+def load_site(path: str | Path) -> Site:
+    """A site profile from its file; `hpctrain.sites.locate` turns a `--site NAME` into that file."""
+    if not str(path).strip():
         raise SpecError("--site: empty; give a site name (e.g. local) or a path")
-    path = Path(name_or_path)
-    if not path.suffix and not path.exists():
-        for folder in search or []:
-            candidate = folder / f"{name_or_path}.yaml"
-            if candidate.exists():
-                path = candidate
-                break
+    path = Path(path)
     data = _read_yaml(path)
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")

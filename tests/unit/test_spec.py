@@ -144,9 +144,13 @@ def test_missing_file() -> None:
 
 
 def test_site_by_name_and_unknown_site() -> None:
-    assert spec.load_site("local", [SITES]).name == "local"
+    from hpctrain import sites
+
+    assert spec.load_site(sites.locate("local")).name == "local"
+    with pytest.raises(spec.SpecError, match="no site profile of that name"):
+        sites.locate("nowhere")
     with pytest.raises(spec.SpecError, match="no such file"):
-        spec.load_site("nowhere", [SITES])
+        spec.load_site(SITES / "nowhere.yaml")
 
 
 def test_field_docs_cover_every_field() -> None:
