@@ -32,14 +32,18 @@ from hpctrain.rundir.io import (
 )
 from hpctrain.rundir.structs import (
     METRIC_KINDS,
+    AttemptLine,
     EvalLine,
     EventLine,
     ExitCode,
     FailureReport,
+    HangReport,
     Heartbeat,
     MemoryLine,
     MetricLine,
     RankBeat,
+    RankState,
+    RankTimesLine,
     Record,
     Result,
     SpecSummary,
@@ -74,6 +78,10 @@ LOCAL_EXIT_CODE = "local-exit-code"
 LOCAL_CANCELLED = "local-cancelled"
 PREFLIGHT_REPORT = "preflight.json"
 PREFLIGHT_EXCLUDE = "preflight-exclude"
+HANG_REPORT = "hang.json"  # in failures/
+STACKS = "stacks"  # in failures/
+ATTEMPTS = "attempts.jsonl"
+TENSORBOARD = "tensorboard"
 ARRAY_PREFIX = "array-"
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
@@ -175,6 +183,16 @@ class RunDir:
     local_cancelled = _File(LOCAL_CANCELLED)
     preflight_report = _File(PREFLIGHT_REPORT)
     preflight_exclude = _File(PREFLIGHT_EXCLUDE)
+    attempts = _File(ATTEMPTS)
+    tensorboard = _File(TENSORBOARD)
+
+    @property
+    def hang_report(self) -> Path:
+        return self.failures / HANG_REPORT
+
+    @property
+    def stacks(self) -> Path:
+        return self.failures / STACKS
 
     def _file(self, name: str) -> str:
         """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""
@@ -316,14 +334,18 @@ __all__ = [
     "MAX_LISTED",
     "METRIC_KINDS",
     "TAIL_BYTES",
+    "AttemptLine",
     "EvalLine",
     "EventLine",
     "ExitCode",
     "FailureReport",
+    "HangReport",
     "Heartbeat",
     "MemoryLine",
     "MetricLine",
     "RankBeat",
+    "RankState",
+    "RankTimesLine",
     "Record",
     "Result",
     "RunDir",

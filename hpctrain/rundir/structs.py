@@ -84,12 +84,23 @@ class EventLine(_Line, tag="event"):
     """Fields this struct has no name for (kept, not lost)."""
 
 
-MetricLine = TrainLine | EvalLine | MemoryLine | EventLine
+class RankTimesLine(_Line, tag="ranks"):
+    """Every rank's compute and collective-wait seconds over the last log interval (rank 0 writes it)."""
+
+    step: int
+    compute_s: list[float] = []
+    wait_s: list[float] = []
+    nodes: list[str] = []
+    stragglers: list[int] = []
+
+
+MetricLine = TrainLine | EvalLine | MemoryLine | EventLine | RankTimesLine
 METRIC_KINDS: dict[str, type[_Line]] = {
     "train": TrainLine,
     "eval": EvalLine,
     "memory": MemoryLine,
     "event": EventLine,
+    "ranks": RankTimesLine,
 }
 
 
@@ -156,6 +167,43 @@ class Heartbeat(msgspec.Struct, kw_only=True):
     node: str
     time: float
     ranks: dict[int, RankBeat] = {}
+
+
+class RankState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """Where one rank was when the watchdog looked."""
+
+    rank: int
+    node: str = ""
+    step: int | None = None
+    phase: str = ""
+    idle_s: float | None = None
+
+
+class HangReport(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """failures/hang.json: the watchdog's diagnosis of a hang, written before it ends the step."""
+
+    time: float
+    summary: str
+    step: int | None = None
+    hung: list[RankState] = []
+    waiting: list[RankState] = []
+    timeout_s: float | None = None
+    stacks: str | None = None
+
+
+class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """attempts.jsonl: one line when a training step starts and one when it ends (restarts, reasons)."""
+
+    attempt: int
+    event: str
+    time: float
+    job_id: str = ""
+    nodes: list[str] = []
+    world_size: int | None = None
+    outcome: str = ""
+    reason: str = ""
+    failed_nodes: list[str] = []
+    step: int | None = None
 
 
 class Record(msgspec.Struct, kw_only=True):

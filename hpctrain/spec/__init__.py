@@ -21,8 +21,10 @@ from hpctrain.spec.job import (
     ParameterServer,
     Preemption,
     Resources,
+    Restart,
     Sweep,
     Train,
+    Watchdog,
 )
 from hpctrain.spec.resolve import (
     Resolved,
@@ -49,10 +51,12 @@ __all__ = [
     "Preemption",
     "Resolved",
     "Resources",
+    "Restart",
     "Site",
     "SpecError",
     "Sweep",
     "Train",
+    "Watchdog",
     "apply_overrides",
     "decode",
     "dumps",

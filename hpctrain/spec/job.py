@@ -3,6 +3,7 @@
 import re
 from typing import Annotated, Any, Literal
 
+import msgspec
 from msgspec import Meta
 
 from hpctrain.layout import DIMS, Layout, check_request
@@ -226,6 +227,70 @@ class Preemption(Base):
         check("signal", signal_name, self.signal)
 
 
+FAULTS = ("hang", "rank_failure", "node_failure")
+
+
+class Restart(Base):
+    """Recover by itself from the last good checkpoint when a fault ends the training step."""
+
+    max: Annotated[
+        int, Meta(ge=0, description="Restarts allowed over the whole run (0: the first fault ends the job).")
+    ] = 3
+    on: Annotated[
+        list[Literal[FAULTS]],  # type: ignore[valid-type]
+        Meta(
+            description="Faults that lead to a restart: hang (the watchdog saw no progress), rank_failure "
+            "(a rank exited or raised), node_failure (a node stopped answering)."
+        ),
+    ] = msgspec.field(default_factory=lambda: list(FAULTS))
+    exclude_failed_nodes: Annotated[
+        bool, Meta(description="Never run again on a node that failed or hung (ExcNodeList).")
+    ] = True
+    shrink: Annotated[
+        bool,
+        Meta(
+            description="After a node loss, go on with the nodes left in the allocation (same global batch, "
+            "more gradient accumulation) instead of going back to the queue."
+        ),
+    ] = True
+    min_nodes: Annotated[
+        Annotated[int, Meta(ge=1)] | None,
+        Meta(description="Fewest nodes to go on with when shrinking; default: 1."),
+    ] = None
+
+
+class Watchdog(Base):
+    """Find the rank that stopped advancing, name it, collect every rank's stack, end the step."""
+
+    enabled: Annotated[bool, Meta(description="Watch the ranks' heartbeats for hangs.")] = True
+    hang_timeout: Annotated[
+        float,
+        Meta(
+            gt=0,
+            description="Seconds: a rank whose step has not advanced for max(hang_timeout, "
+            "step_time_factor x median step time) is hung.",
+        ),
+    ] = 30.0
+    step_time_factor: Annotated[
+        float, Meta(gt=0, description="How many median step times a step may take before it is a hang.")
+    ] = 10.0
+    startup_timeout: Annotated[
+        float,
+        Meta(gt=0, description="Seconds allowed until the first steps (imports, compile, checkpoint load)."),
+    ] = 600.0
+    slow_phase_timeout: Annotated[
+        float, Meta(gt=0, description="Seconds allowed for slow phases: checkpoint saves, evaluation.")
+    ] = 600.0
+    heartbeat_interval: Annotated[
+        float,
+        Meta(
+            ge=0.5,
+            description="Seconds between a node's heartbeat writes into the run directory (one file per "
+            "node, whatever its rank count).",
+        ),
+    ] = 5.0
+
+
 class EarlyStop(Base):
     """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
 
@@ -321,6 +386,10 @@ class JobSpec(Base):
             "options hpctrain sets itself are refused."
         ),
     ] = {}
+    restart: Annotated[
+        Restart, Meta(description="Restart by itself after a hang, a rank failure or a lost node.")
+    ] = Restart()
+    watchdog: Annotated[Watchdog, Meta(description="Hang detection (heartbeats, stacks).")] = Watchdog()
     preflight: Annotated[
         bool | None,
         Meta(
