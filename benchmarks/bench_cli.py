@@ -104,7 +104,6 @@ def main() -> None:
         rpcs = rpc_total() - before
     finally:
         subprocess.run(["scancel", hold, *submitted], check=False)
-        subprocess.run(["scancel", "--user", str(os.getuid()), "--state=PENDING"], check=False)
 
     print(f"{'command':30} {'hpctrain ms':>12} {'floor ms':>9} {'ratio':>6}  note")
     for name, ours, floor, note in rows:

@@ -1,7 +1,5 @@
 """Run records and the per-user index of every submission: a journal, a compacted archive, one lock."""
 
-from __future__ import annotations
-
 import contextlib
 import fcntl
 import os
@@ -277,12 +275,12 @@ class Index:
 
     # -- maintenance ----------------------------------------------------------------------------
 
-    def compact(self) -> CompactReport:
+    def compact(self) -> "CompactReport":
         """Archive runs that ended over a day ago and set unreadable lines aside (`index compact`)."""
         with self._locked(exclusive=True) as lock:
             return self._compact_locked(lock)
 
-    def _compact_locked(self, lock: int) -> CompactReport:
+    def _compact_locked(self, lock: int) -> "CompactReport":
         now = time.time()
         journal = self._read(self.path)
         archive = self._read(self.archive_path)
@@ -316,7 +314,7 @@ class Index:
             archived=len(ordered), active=len(runs) - moved, moved=moved, rejected=len(rejected)
         )
 
-    def check(self) -> CheckReport:
+    def check(self) -> "CheckReport":
         """Unreadable lines, and run directories the index does not know (or knows but lack)."""
         with self._locked(exclusive=False):
             journal = self._read(self.path)

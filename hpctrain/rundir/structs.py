@@ -1,7 +1,5 @@
 """The struct of every file the runtime writes into a run directory (msgspec; torch-free)."""
 
-from __future__ import annotations
-
 from typing import Any
 
 import msgspec
