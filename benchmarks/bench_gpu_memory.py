@@ -1,9 +1,10 @@
 """Peak memory on one GPU: the GPT at growing sizes, full activation checkpointing, FSDP2 CPU offload.
 
-Each configuration runs in its own process: FSDP2 (``fully_shard`` per block and root, bf16 params,
-fp32 gradient reduction) on a world of one, with ``train.activation_checkpointing``'s block wrapper
-from ``hpctrain.runtime.precision`` and, when asked, ``CPUOffloadPolicy`` (parameters, gradients
-and AdamW state in host memory; the optimizer step on the CPU). Two optimizer steps of batch 8 x
+Each configuration runs in its own process: FSDP2 through the runtime's ``apply_fsdp`` (``fully_shard``
+per block and root, bf16 params, fp32 gradient reduction) on a world of one, with
+``train.activation_checkpointing``'s block wrapper from ``hpctrain.runtime.precision`` and, when
+asked, ``parallel.cpu_offload`` (``CPUOffloadPolicy``: parameters, gradients and AdamW state in
+host memory; the optimizer step on the CPU). Two optimizer steps of batch 8 x
 2048 tokens, eager; reports peak GPU memory (allocated and reserved), the process's peak host RSS
 and the second step's time.
 
@@ -28,14 +29,15 @@ SIZES = {  # name: (n_layers, d_model, n_heads)
     "0.94B": (16, 2048, 16),
     "2.7B": (32, 2560, 20),
     "6.7B": (32, 4096, 32),
+    "8.3B": (40, 4096, 32),
 }
 CASES = [
     ("0.94B", "none", False),
     ("0.94B", "full", False),
     ("0.94B", "full", True),
-    ("2.7B", "full", False),
-    ("2.7B", "full", True),
     ("6.7B", "full", False),
+    ("6.7B", "full", True),
+    ("8.3B", "full", False),
 ]
 
 
@@ -43,9 +45,9 @@ def probe(size: str, checkpointing: str, offload: bool) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
     from torch.distributed.device_mesh import init_device_mesh
-    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, OffloadPolicy, fully_shard
 
     from hpctrain.examples import gpt
+    from hpctrain.runtime.parallel.fsdp import apply_fsdp
     from hpctrain.runtime.precision import checkpoint_block
 
     n_layers, d_model, n_heads = SIZES[size]
@@ -60,18 +62,12 @@ def probe(size: str, checkpointing: str, offload: bool) -> dict[str, Any]:
     if checkpointing != "none":
         for block in model.blocks.values():
             checkpoint_block(block, checkpointing)
-    policy = {
-        "mesh": mesh,
-        "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32),
-        "offload_policy": CPUOffloadPolicy() if offload else OffloadPolicy(),
-    }
-    for block in model.blocks.values():
-        fully_shard(block, **policy)
-    fully_shard(model, **policy)
+    apply_fsdp(model, gpt.shard_units(model), mesh, True, torch.bfloat16, cpu_offload=offload)
     model.to_empty(device="cpu" if offload else "cuda")
     with torch.no_grad():
         model._init_weights()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    # as the runtime builds it: fused on the GPU, the default (foreach) on CPU-offloaded parameters
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=None if offload else True)
     data = gpt.markov_corpus(cfg, BATCH, seed=0)
     inputs = torch.stack([data[i][0] for i in range(BATCH)]).cuda()
     targets = torch.stack([data[i][1] for i in range(BATCH)]).cuda()
@@ -98,6 +94,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)
     parser.add_argument("--only", nargs="*", help="sizes to run")
+    parser.add_argument("--case-timeout", type=float, default=400)
+    parser.add_argument("--deadline", type=float, default=1e9, help="seconds for all cases")
     parser.add_argument("--results", type=Path, default=Path(os.environ.get("OUT", "/tmp")))
     args = parser.parse_args()
     if args.case:
@@ -105,21 +103,34 @@ def main() -> None:
         print(json.dumps(probe(size, checkpointing, offload == "1")))
         return
     rows = []
+    began = time.monotonic()
     for size, checkpointing, offload in CASES:
         if args.only and size not in args.only:
             continue
-        proc = subprocess.run(
-            [sys.executable, __file__, "--case", size, checkpointing, "1" if offload else "0"],
-            capture_output=True,
-            text=True,
-            timeout=400,
-            check=False,
-        )
         row: dict[str, Any] = {
             "size": size,
             "activation_checkpointing": checkpointing,
             "cpu_offload": offload,
         }
+        left = args.deadline - (time.monotonic() - began)
+        if left < 30:
+            print(f"{size} {checkpointing} offload={offload}: skipped, out of time", flush=True)
+            continue
+        case_began = time.monotonic()
+        try:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--case", size, checkpointing, "1" if offload else "0"],
+                capture_output=True,
+                text=True,
+                timeout=min(args.case_timeout, left),
+                check=False,
+            )
+        except subprocess.TimeoutExpired:
+            row["error"] = f"timed out after {time.monotonic() - case_began:.0f} s"
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+            continue
+        row["wall_s"] = time.monotonic() - case_began
         if proc.returncode == 0:
             row.update(json.loads(proc.stdout.strip().splitlines()[-1]))
         else:

@@ -29,6 +29,8 @@ from hpctrain.spec import Train
 OUTPUT_LAYER_NAMES = frozenset({"head", "lm_head", "output", "classifier"})
 MIN_FP8_FEATURES = 1024  # below this the per-step casts and amax reductions outweigh the fp8 matmul
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores
+FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's Float8LinearRecipeName values
+DEFAULT_FP8_RECIPE = "tensorwise"
 
 
 def prepare(task: Task, train: Train, device_type: str) -> None:
@@ -78,22 +80,44 @@ def fp8_unavailable_reason(device_type: str) -> str | None:
     return None
 
 
-def convert_to_fp8(model: nn.Module, device_type: str) -> list[str]:
-    """Swap eligible linears for torchao's Float8Linear in place; returns their names."""
+def convert_to_fp8(
+    model: nn.Module,
+    device_type: str,
+    recipe: str = DEFAULT_FP8_RECIPE,
+    *,
+    exclude: tuple[str, ...] = (),
+    fast_accum_backward: bool = False,
+) -> list[str]:
+    """Swap eligible linears for torchao's Float8Linear (``recipe``) in place; returns their names.
+
+    ``exclude``: name fragments (``"attn."``) of linears to leave in bf16 as well.
+    ``fast_accum_backward``: the two backward matmuls accumulate like the forward one (the fast,
+    less precise fp8 accumulation; torchao uses it only in the forward by default).
+    """
+    if recipe not in FP8_RECIPES:
+        raise ValueError(f"fp8 recipe {recipe!r} is not one of {', '.join(FP8_RECIPES)}")
     problem = fp8_unavailable_reason(device_type)
     if problem is not None:
         raise ValueError(problem)
-    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    import dataclasses
 
-    converted = [name for name, module in model.named_modules() if fp8_eligible(module, name)]
+    from torchao.float8 import Float8LinearConfig, convert_to_float8_training
+    from torchao.float8.config import Float8GemmConfig
+
+    def wanted(module: nn.Module, fqn: str) -> bool:
+        return fp8_eligible(module, fqn) and not any(part in fqn for part in exclude)
+
+    converted = [name for name, module in model.named_modules() if wanted(module, name)]
     if not converted:
         raise ValueError(
             f"train.precision: fp8 found no linear layer to convert (both dims multiples of 16 and at "
             f"least {MIN_FP8_FEATURES}, output layers excluded)"
         )
-    convert_to_float8_training(
-        model, config=Float8LinearConfig.from_recipe_name("tensorwise"), module_filter_fn=fp8_eligible
-    )
+    config = Float8LinearConfig.from_recipe_name(recipe)
+    if fast_accum_backward:
+        fast = Float8GemmConfig(use_fast_accum=True)
+        config = dataclasses.replace(config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)
+    convert_to_float8_training(model, config=config, module_filter_fn=wanted)
     return converted
 
 

@@ -126,12 +126,26 @@ class Parallel(Base):
     reshard_after_forward: Annotated[
         bool, Meta(description="FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2).")
     ] = True
+    cpu_offload: Annotated[
+        bool,
+        Meta(
+            description="FSDP: keep parameters, gradients and optimizer state in host memory (FSDP2's "
+            "CPUOffloadPolicy; the optimizer step runs on the CPU). Needs fsdp sharding, no pp."
+        ),
+    ] = False
     ps: Annotated[
         ParameterServer | None, Meta(description="Parameter-server training instead of collectives.")
     ] = None
 
     def __post_init__(self) -> None:
         check_request(self.degrees)
+        # (dp -1 with fsdp and tp 1 is the ddp request; a resolved layout names every degree)
+        plain_ddp = self.dp == -1 and self.fsdp == 1 and self.tp == 1
+        if self.cpu_offload and (plain_ddp or self.pp != 1 or self.ps is not None):
+            raise ValueError(
+                "cpu_offload is FSDP2's CPUOffloadPolicy: it needs fsdp sharding and no pp or ps "
+                "(e.g. parallel: {dp: 1, fsdp: -1, cpu_offload: true})"
+            )
 
     @property
     def degrees(self) -> dict[str, int]:

@@ -48,15 +48,22 @@ def apply_fsdp(
     data_mesh: DeviceMesh,
     reshard_after_forward: bool,
     param_dtype: torch.dtype | None,
+    cpu_offload: bool = False,
 ) -> None:
     """``fully_shard`` each unit, then the root (which picks up the remaining parameters).
 
     A 2-D ``data_mesh`` (dp, fsdp) gives HSDP. ``param_dtype`` bf16 gathers parameters in bf16
-    while keeping fp32 master shards and fp32 gradient reduction.
+    while keeping fp32 master shards and fp32 gradient reduction. ``cpu_offload`` keeps the
+    sharded parameters, their gradients and so the optimizer state in pinned host memory
+    (``CPUOffloadPolicy``): each unit's parameters are copied to the GPU for its forward and
+    backward only, and the optimizer step runs on the CPU.
     """
-    from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
     kwargs: dict[str, Any] = {"mesh": data_mesh}
+    if cpu_offload:
+        # Pinned host memory makes the copies asynchronous; it needs an accelerator to pin for.
+        kwargs["offload_policy"] = CPUOffloadPolicy(pin_memory=data_mesh.device_type != "cpu")
     if param_dtype is not None:
         kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=torch.float32)
     for unit in units:
@@ -94,7 +101,10 @@ class ShardedStrategy(Strategy):
 
     def __init__(self, resolved: Resolved, dist_info: DistInfo, task_mesh: TaskMesh, task: Task) -> None:
         super().__init__(resolved, dist_info, task_mesh, task)
-        model = task.model.to(self.device)
+        cpu_offload = resolved.parallel.cpu_offload
+        # With CPU offload the model stays in host memory: fully_shard takes one unit at a time
+        # to the GPU to shard it and puts the shards back, so the whole model never has to fit.
+        model = task.model if cpu_offload else task.model.to(self.device)
         self.tensor_parallel = self.layout.tp_enabled
         if self.tensor_parallel:
             apply_tensor_parallel(model, task, task_mesh.submesh(("tp",)))
@@ -102,7 +112,12 @@ class ShardedStrategy(Strategy):
         if data_mesh is not None:
             units = task.shard_units(model) if task.shard_units is not None else []
             apply_fsdp(
-                model, units, data_mesh, resolved.parallel.reshard_after_forward, fsdp_param_dtype(self)
+                model,
+                units,
+                data_mesh,
+                resolved.parallel.reshard_after_forward,
+                fsdp_param_dtype(self),
+                cpu_offload=cpu_offload,
             )
         maybe_compile(model, self.train.compile)
         self.model = model
