@@ -1,5 +1,6 @@
 """Which nodes of a job are there, from scontrol; and, on the login side, the end of Slurm's requeue
-hold for a run whose batch host died. Torch-free: the supervisor in the allocation uses it too.
+hold for a requeued run, above all one whose batch host died. Torch-free: the supervisor in the
+allocation uses it too.
 
 When the node running the batch script dies, nobody of the job is left to act: slurmctld marks the
 node DOWN after SlurmdTimeout, requeues the job (NODE_FAIL, --requeue) and holds it PENDING with
@@ -58,15 +59,21 @@ def down_nodes(nodes: list[str]) -> list[str]:
     return [node for node in nodes if is_dead(states.get(node, "DOWN"))]
 
 
-def release_lost_allocation(run: RunDir, job_id: str, state: str, reason: str) -> bool:
-    """Release a run that Slurm requeued after losing its allocation; True when it did."""
+def release_requeued(run: RunDir, job_id: str, state: str, reason: str) -> bool:
+    """Start a requeued run now that Slurm holds for its requeue delay; True when it did.
+
+    Any run with attempts was requeued (a fresh submission has none yet): by hpctrain, whose batch
+    script asked for a start 5 s on but may have ended after that, or by Slurm itself after the
+    batch node died (an attempt started and never ended): then the dead nodes are excluded too.
+    """
     if state != "PENDING" or "BeginTime" not in reason:
         return False
-    lost = History.read(run).open_attempt()
-    if lost is None:
+    history = History.read(run)
+    if not history.lines:
         return False
     update = ["scontrol", "update", f"jobid={job_id}", "StartTime=now"]
-    if restart_policy(run).exclude_failed_nodes:
+    lost = history.open_attempt()
+    if lost is not None and restart_policy(run).exclude_failed_nodes:
         record = job_record(job_id)
         excluded = hostnames(record.get("ExcNodeList", ""))
         new = [node for node in down_nodes(lost.nodes) if node not in excluded]

@@ -87,7 +87,7 @@ def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[
 
     # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
     statuses = observe(Index(), runs, brief=not as_json and not detail)
-    release_lost_allocations(statuses)
+    release_requeued_runs(statuses)
     if as_json:
         print_json([as_dict(s) for s in statuses])
     else:
@@ -105,7 +105,7 @@ def wait_for(
 
     def on_poll(statuses: list[RunStatus], done: bool) -> None:
         nonlocal last
-        release_lost_allocations(statuses)
+        release_requeued_runs(statuses)
         seen = [(s.run.run_id, s.state + str(_step(s.progress))) for s in statuses]
         if not quiet and (seen != last or done):
             print(time.strftime("%H:%M:%S"))
@@ -116,18 +116,16 @@ def wait_for(
     return wait_until_done(runs, on_poll, interval)
 
 
-def release_lost_allocations(statuses: list[RunStatus]) -> None:
-    """Runs that Slurm requeued after their batch host died start again now, without the dead node
-    (hpctrain.slurm_nodes): nothing inside the job is left to do it."""
+def release_requeued_runs(statuses: list[RunStatus]) -> None:
+    """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
+    the dead node (hpctrain.slurm_nodes): nothing inside the job is left to do it."""
     from hpctrain.rundir import RunDir
-    from hpctrain.slurm_nodes import release_lost_allocation
+    from hpctrain.slurm_nodes import release_requeued
 
     for status in statuses:
         if status.info is not None and status.run.job_id and status.run.backend != "local":
             info = status.info
-            release_lost_allocation(
-                RunDir(status.run.run_dir), status.run.job_id, info.state.value, info.reason
-            )
+            release_requeued(RunDir(status.run.run_dir), status.run.job_id, info.state.value, info.reason)
 
 
 def _step(progress: Progress) -> int | None:

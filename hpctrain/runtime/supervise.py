@@ -294,7 +294,6 @@ class Job:
         attempt = history.next_attempt()
         if decision.action == "launch":
             history.append(self.run, start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node))
-            self.run.preflight_report.unlink(missing_ok=True)
         return decision.line(attempt)
 
     def begin(self) -> str:
