@@ -12,6 +12,8 @@ a --nodelist pin to a dead node is dropped, or the job could never start) and se
 
 from __future__ import annotations
 
+import time
+
 from hpctrain.attempts import History, restart_policy
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
@@ -19,6 +21,8 @@ from hpctrain.slurm_facts import command, expand_hostlist, parse_record, parse_r
 
 # scontrol node states that mean the node is gone (a drained node is alive).
 DEAD_STATES = ("DOWN", "NOT_RESPONDING", "FAIL", "POWER")
+# Seconds a requeued job must have been pending before it may start (see release_requeued).
+SETTLE_S = 5.0
 
 
 def quiet(argv: list[str], timeout: float = 30.0) -> str:
@@ -59,6 +63,14 @@ def down_nodes(nodes: list[str]) -> list[str]:
     return [node for node in nodes if is_dead(states.get(node, "DOWN"))]
 
 
+def slurm_timestamp(text: str) -> float:
+    """`2026-12-03T04:27:48` (local time) -> epoch seconds; 0 for anything else (Unknown, None)."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
 def release_requeued(run: RunDir, job_id: str, state: str, reason: str) -> bool:
     """Start a requeued run now that Slurm holds for its requeue delay; True when it did.
 
@@ -71,10 +83,18 @@ def release_requeued(run: RunDir, job_id: str, state: str, reason: str) -> bool:
     history = History.read(run)
     if not history.lines:
         return False
+    record = job_record(job_id)
+    # Slurm resets SubmitTime at a requeue. A batch script launched within a second of the old one's
+    # end is refused ("already killed": its credential is not newer than the revocation) and the
+    # job FAILS: let the requeue settle first, and never touch a start already near.
+    now = time.time()
+    if now - slurm_timestamp(record.get("SubmitTime", "")) < SETTLE_S:
+        return False
+    if slurm_timestamp(record.get("StartTime", "")) - now < SETTLE_S:
+        return False
     update = ["scontrol", "update", f"jobid={job_id}", "StartTime=now"]
     lost = history.open_attempt()
     if lost is not None and restart_policy(run).exclude_failed_nodes:
-        record = job_record(job_id)
         excluded = hostnames(record.get("ExcNodeList", ""))
         new = [node for node in down_nodes(lost.nodes) if node not in excluded]
         if new:

@@ -265,8 +265,9 @@ def test_training_longer_than_the_time_limit_takes_three_allocations(
     hpctrain_home: Path, tmp_path: Path
 ) -> None:
     # A 2-minute limit, the warning 60 s before it. slurmctld checks time limits about every 30 s,
-    # so the signal comes 60-90 s into an allocation: each trains at most ~800 of the 2,000 steps.
-    train = {"steps": 2000, "checkpoint_every": 100, "options": {"delay_s": 0.1}}
+    # so the signal comes 60-90 s into an allocation. A step sleeps 0.2 s: an allocation trains at
+    # most ~425 of the 1,000 steps, however idle the machine.
+    train = {"steps": 1000, "checkpoint_every": 50, "options": {"delay_s": 0.2}}
     path = job_file(
         tmp_path,
         "restart-time",
