@@ -116,11 +116,17 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
         assert wait_for(lambda: latest_step(run) >= 20, timeout=120), logs(run)
         os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
+        killed = time.time()
         final = wait_state(job_id, set(), timeout=400)
         assert final["state"] == "COMPLETED", logs(run)
         assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
         history = History.read(RunDir(run))
         assert {line.job_id for line in history.lines} == {job_id}  # one allocation: no queue
+        first_end, second_start = history.lines[1], history.lines[2]
+        print(
+            f"\nrank killed: step ended after {first_end.time - killed:.0f} s, "
+            f"relaunched after {second_start.time - killed:.0f} s"
+        )
         assert "Restarts=0" in scontrol_job(job_id) or "Restarts" not in scontrol_job(job_id)
         assert final["restarts"]["restarts"] == 1 and final["restarts"]["max"] == 3, final
         assert json.loads((run / "record.json").read_text())["restarts"]["restarts"] == 1
