@@ -80,21 +80,26 @@ class Decision:
         )
 
 
+def end_line(start: AttemptLine, outcome: str, reason: str = "", **fields: object) -> AttemptLine:
+    """The end line of the attempt that `start` opened."""
+    return AttemptLine(
+        attempt=start.attempt,
+        event="end",
+        time=round(time.time(), 3),
+        job_id=start.job_id,
+        nodes=start.nodes,
+        world_size=start.world_size,
+        outcome=outcome,
+        reason=reason,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
 def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLine:
     """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached."""
 
     def ended(outcome: str, reason: str = "", **fields: object) -> AttemptLine:
-        return AttemptLine(
-            attempt=attempt.attempt,
-            event="end",
-            time=round(time.time(), 3),
-            job_id=attempt.job_id,
-            nodes=attempt.nodes,
-            world_size=attempt.world_size,
-            outcome=outcome,
-            reason=reason,
-            **fields,  # type: ignore[arg-type]
-        )
+        return end_line(attempt, outcome, reason, **fields)
 
     step = end.latest_step
     if end.requeue_requested:
@@ -305,17 +310,8 @@ class Job:
             down = sorted(down_nodes(lost.nodes))
             reason = "allocation lost, Slurm requeued the job"
             reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
-            last = AttemptLine(
-                attempt=lost.attempt,
-                event="end",
-                time=round(time.time(), 3),
-                job_id=lost.job_id,
-                nodes=lost.nodes,
-                world_size=lost.world_size,
-                outcome=outcomes.NODE_FAILURE,
-                reason=reason,
-                failed_nodes=down,
-                step=latest_step(self.run),
+            last = end_line(
+                lost, outcomes.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run)
             )
             history.append(self.run, last)
         return self.act(history, last)

@@ -23,6 +23,7 @@ from hpctrain.attempts import History
 from hpctrain.rundir import RunDir
 from tests.conftest import REPO, run_cli
 from tests.integration.cluster import require_cluster, run_dir, scontrol_job, wait_state
+from tests.launcher import metrics, wait_for
 
 pytestmark = pytest.mark.cluster
 HERE = Path(__file__).resolve().parent
@@ -68,25 +69,7 @@ def submit(path: Path) -> dict[str, Any]:
 
 
 def latest_step(run: Path) -> int:
-    steps = []
-    metrics = run / "metrics.jsonl"
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("kind") == "train":
-            steps.append(entry["step"])
-    return max(steps, default=0)
-
-
-def wait_for(check: Any, timeout: float, poll: float = 1.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(poll)
-    return False
+    return max((m["step"] for m in metrics(run) if m.get("kind") == "train"), default=0)
 
 
 def logs(run: Path) -> str:
@@ -210,16 +193,7 @@ def recover_cluster() -> None:
 
 
 def events(run: Path, name: str) -> list[dict[str, Any]]:
-    out = []
-    metrics = run / "metrics.jsonl"
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        try:
-            entry = json.loads(line)
-        except ValueError:
-            continue
-        if entry.get("kind") == "event" and entry.get("event") == name:
-            out.append(entry)
-    return out
+    return [m for m in metrics(run) if m.get("kind") == "event" and m.get("event") == name]
 
 
 def same_weights(a: Path, b: Path) -> None:
@@ -243,7 +217,7 @@ def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, 
         killed = time.monotonic()
         # Slurm notices at SlurmdTimeout and requeues (NODE_FAIL); each `hpctrain status` poll that
         # then sees it held (BeginTime) excludes node2, drops the pin and starts it at once.
-        assert wait_for(lambda: "JobState=PENDING" in scontrol_job(job_id), timeout=240, poll=0.5)
+        assert wait_for(lambda: "JobState=PENDING" in scontrol_job(job_id), timeout=240, interval=0.5)
         requeued = time.monotonic()
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S, poll=0.5)
         running = time.monotonic()
