@@ -140,6 +140,9 @@ def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> B
         signal=f"B:{preemption.signal}@{preemption.lead_time}",
         requeue=preemption.requeue,
         no_requeue=not preemption.requeue,
+        # A lost node that does not run the batch script must not end the job: the supervisor
+        # restarts the training step on the nodes left (Slurm drops the dead one at SlurmdTimeout).
+        no_kill=job.restart.max > 0,
         account=res.account,
         qos=res.qos,
         array=job.array,

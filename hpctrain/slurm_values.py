@@ -147,6 +147,7 @@ OWN_SBATCH_OPTIONS = (
     "exclude", "nodelist", "reservation", "licenses", "begin", "comment", "mail-type", "mail-user",
     "chdir", "export", "export-file", "get-user-env", "wrap", "parsable", "test-only", "hetjob",
     "packjob", "uid", "gid", "batch", "wait", "help", "usage", "version", "kill-on-invalid-dep",
+    "no-kill",
 )  # fmt: skip
 SBATCH_KEY = r"\A[a-z][a-z0-9]*(-[a-z0-9]+)*\Z"
 SBATCH_VALUE = SLURM_WORD

@@ -161,6 +161,7 @@ OPTIONS: dict[str, Option] = {
     "signal": Option("signal", _signal),
     "requeue": Option("is_requeueable", _boolean, flag=True),
     "no-requeue": Option("is_requeueable", _boolean, flag=False),
+    "no-kill": Option("kill_on_node_fail", _boolean, flag=False),
     "account": Option("account"),
     "qos": Option("qos"),
     "array": Option("array"),

@@ -87,6 +87,7 @@ def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[
 
     # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
     statuses = observe(Index(), runs, brief=not as_json and not detail)
+    release_requeued_runs(statuses)
     if as_json:
         print_json([as_dict(s) for s in statuses])
     else:
@@ -104,6 +105,7 @@ def wait_for(
 
     def on_poll(statuses: list[RunStatus], done: bool) -> None:
         nonlocal last
+        release_requeued_runs(statuses)
         seen = [(s.run.run_id, s.state + str(_step(s.progress))) for s in statuses]
         if not quiet and (seen != last or done):
             print(time.strftime("%H:%M:%S"))
@@ -112,6 +114,18 @@ def wait_for(
         last = seen
 
     return wait_until_done(runs, on_poll, interval)
+
+
+def release_requeued_runs(statuses: list[RunStatus]) -> None:
+    """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
+    the dead node (hpctrain.slurm_nodes): nothing inside the job is left to do it."""
+    from hpctrain.rundir import RunDir
+    from hpctrain.slurm_nodes import release_requeued
+
+    for status in statuses:
+        if status.info is not None and status.run.job_id and status.run.backend != "local":
+            info = status.info
+            release_requeued(RunDir(status.run.run_dir), status.run.job_id, info.state.value, info.reason)
 
 
 def _step(progress: Progress) -> int | None:
@@ -142,6 +156,11 @@ def as_dict(status: RunStatus) -> dict[str, Any]:
     }
     if status.elements:
         data["elements"] = msgspec.to_builtins(status.elements)
+    from hpctrain.attempts import run_summary
+    from hpctrain.rundir import RunDir
+
+    if (restarts := run_summary(RunDir(run.run_dir))) is not None:
+        data["restarts"] = msgspec.to_builtins(restarts)
     if run.state in FAILURE_NAMES:
         data["failed_tasks"] = msgspec.to_builtins(failed_tasks(run.run_dir))
     return data
@@ -276,10 +295,14 @@ def _show_run(
 ) -> None:
     """What went wrong (srun's word and the runtime's reports), unreadable files, and with `detail`
     the memory and result of one run directory."""
+    from hpctrain.attempts import run_summary, summary_line
     from hpctrain.rundir import tail_lines
     from hpctrain.watch import FAILURE_NAMES, failed_tasks
 
     _show_parameter_server(label, prog)
+    restarts = run_summary(root)
+    if restarts is not None and (restarts.restarts or restarts.excluded or restarts.last_outcome == "failed"):
+        print(f"  {label}: {_printable(summary_line(restarts))}")
     for problem in prog.unreadable:
         print(f"  {label}: {_printable(problem.replace(str(root.root) + '/', ''))}")
     if failing is None:

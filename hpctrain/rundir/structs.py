@@ -147,6 +147,10 @@ class FailureReport(msgspec.Struct, kw_only=True):
     message: str = ""
     where: str | None = None
     time: float | None = None
+    step: int | None = None
+    """The training step the rank was computing (0-based), when the failure came from training."""
+    attempt: int | None = None
+    """HPCTRAIN_ATTEMPT of the training step (srun step) that failed."""
 
     @property
     def error(self) -> str:
@@ -202,6 +206,8 @@ class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):
     reason: str = ""
     failed_nodes: list[str] = []
     step: int | None = None
+    error: str = ""
+    """End of a rank_failure: `Type: message` of the first rank that failed (a repeat is a bug)."""
 
 
 class Record(msgspec.Struct, kw_only=True):

@@ -100,7 +100,14 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     )
     trainer = Trainer(resolved, info, run_dir, signalled)
     log.info("strategy: %s", trainer.strategy.describe())
-    status = trainer.run()
+    try:
+        status = trainer.run()
+    except BaseException as error:
+        # The failure report names the step: the same exception at the same step twice is a bug.
+        from hpctrain.runtime.metrics import STEP_ATTRIBUTE
+
+        setattr(error, STEP_ATTRIBUTE, trainer.step)
+        raise
     log.info("run %s at step %d", status, trainer.step)
     # Every rank's work is on disk once all pass this barrier. Process-group teardown is skipped on
     # purpose: gloo's and async checkpointing's threads can abort the interpreter's exit ("terminate

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 import socket
 import sys
@@ -80,11 +81,18 @@ def write_result(run_dir: Path, result: Result | dict[str, Any]) -> Path:
     return RunDir(run_dir).write_result(result)
 
 
+# The attribute the training loop's caller sets on an exception: the step it was computing.
+STEP_ATTRIBUTE = "hpctrain_step"
+
+
 def failure_report(rank: int, error: BaseException, hostname: str = "") -> FailureReport:
-    """Who failed, where, and the last traceback line."""
+    """Who failed, where, at which step of which attempt, and the last traceback line."""
     frames = traceback.extract_tb(error.__traceback__)
     last = frames[-1] if frames else None
+    attempt = os.environ.get("HPCTRAIN_ATTEMPT", "")
     return FailureReport(
+        step=getattr(error, STEP_ATTRIBUTE, None),
+        attempt=int(attempt) if attempt.isdigit() else None,
         rank=rank,
         hostname=hostname or socket.gethostname(),
         error_type=type(error).__name__,

@@ -47,6 +47,26 @@ def slow_digits(train):  # type: ignore[no-untyped-def]
     return task
 
 
+def raises_at_step(train):  # type: ignore[no-untyped-def]
+    """digits whose training forward raises at step ``train.options.at``: a bug, the same every time."""
+    from hpctrain.examples import digits
+
+    task = digits.build(train)
+    at = int(train.options.get("at", 5))
+    inner = task.loss
+    forwards = [0]
+
+    def loss(outputs, targets):  # type: ignore[no-untyped-def]
+        if outputs.requires_grad:
+            if forwards[0] == at:
+                raise ValueError(f"bad batch at forward {at}")
+            forwards[0] += 1
+        return inner(outputs, targets)
+
+    task.loss = loss
+    return task
+
+
 def write_run_dir(
     run_dir: Path,
     train: dict,

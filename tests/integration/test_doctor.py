@@ -16,9 +16,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpctrain.attempts import History
+from hpctrain.rundir import RunDir
 from hpctrain.spec import load_site, memory_mb, time_minutes
 from tests.conftest import JOBS, SITES, run_cli
-from tests.integration.cluster import make_eligible, require_cluster, scontrol_job, submit, wait_state
+from tests.integration.cluster import require_cluster, scontrol_job, submit, wait_state
 
 pytestmark = [pytest.mark.cluster]
 
@@ -119,20 +121,20 @@ def test_preflight_requeues_without_a_bad_node_until_none_is_left(hpctrain_home:
     job = submit(JOBS / "digits-ddp.yaml", "preflight=true", "resources.nodes=1", env=env)
     job_id, run_dir = job["job_id"], Path(job["run_dir"])
     try:
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline and "ExcNodeList=node" not in scontrol_job(job_id):
-            time.sleep(1)
-        first = json.loads((run_dir / "preflight.json").read_text())
-        assert first["requeue"] is True and len(first["bad_nodes"]) == 1, first
-        assert f"ExcNodeList={first['bad_nodes'][0]}" in scontrol_job(job_id), scontrol_job(job_id)
-        make_eligible(job_id)
+        # The requeue starts the job again at once (StartTime=now): the first verdict is read from
+        # attempts.jsonl, where the supervisor recorded it, not from preflight.json, which the
+        # second run rewrites.
         final = wait_state(job_id, set(), timeout=300, env=None)
         assert final["state"] == "FAILED", final
+        first, last = History.read(RunDir(run_dir)).ends
+        assert first.outcome == "preflight" and len(first.failed_nodes) == 1, first
+        assert f"ExcNodeList={first.failed_nodes[0]}" in scontrol_job(job_id), scontrol_job(job_id)
         second = json.loads((run_dir / "preflight.json").read_text())
-        assert second["requeue"] is False and second["bad_nodes"] != first["bad_nodes"], second
+        assert second["requeue"] is False and second["bad_nodes"] != first.failed_nodes, second
         assert "would have 0 node(s) left" in second["no_requeue_because"], second
+        assert last.outcome == "failed" and "would have 0 node(s) left" in last.reason, last
         log = (run_dir / "logs" / "batch.log").read_text()
-        assert f"preflight failed on {first['bad_nodes'][0]}; requeueing" in log, log
+        assert f"preflight failed on {first.failed_nodes[0]}" in log, log
     finally:
         subprocess.run(["scancel", job_id], check=False)
 

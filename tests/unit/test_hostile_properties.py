@@ -183,7 +183,7 @@ def expected_directives(resolved: spec.Resolved) -> int:
     whole = 6 + sum(
         bool(v)
         for v in (res.account, res.qos, job.array, job.dependency, res.reservation, res.licenses, job.begin,
-                  job.comment, job.mail_type, job.mail_user)
+                  job.comment, job.mail_type, job.mail_user, job.restart.max)
     )  # fmt: skip
     workers = 4 + sum(
         bool(v)

@@ -1,0 +1,276 @@
+"""Automatic restarts on the real local cluster, through `hpctrain submit` and `hpctrain status`.
+
+A killed rank is relaunched in the same allocation; a lost batch host is requeued by Slurm and the
+run resumes on the other node from its checkpoint, bitwise equal to an uninterrupted run; a job
+that needs three allocations gets there through the time-limit path; a bug is not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import yaml
+
+from hpctrain.attempts import History
+from hpctrain.rundir import RunDir
+from tests.conftest import REPO, run_cli
+from tests.integration.cluster import require_cluster, run_dir, scontrol_job, wait_state
+from tests.launcher import metrics, wait_for
+
+pytestmark = pytest.mark.cluster
+HERE = Path(__file__).resolve().parent
+QUEUE_S = 600  # a test job may wait this long behind other helpers' jobs on the shared cluster
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+def job_file(folder: Path, name: str, train: dict[str, Any], **job: Any) -> Path:
+    """A digits job on the CPU partition with the test entrypoints on its Python path."""
+    resources = {"nodes": 1, "tasks_per_node": 1, "partition": "cpu", "mem": "2G", "time": "00:10:00"}
+    resources.update(job.pop("resources", {}))
+    data: dict[str, Any] = {
+        "name": name,
+        "resources": resources,
+        "train": {
+            "entrypoint": "_runtime_job:slow_digits",
+            "steps": 200,
+            "batch_size": 64,
+            "lr": 0.003,
+            "log_every": 10,
+            "deterministic": True,
+            "options": {"delay_s": 0.05},
+            **train,
+        },
+        "env": {"PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)]), "OMP_NUM_THREADS": 1},
+        **job,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def submit(path: Path) -> dict[str, Any]:
+    """`hpctrain submit` (the test entrypoints import only inside the job: --no-check)."""
+    proc = run_cli("submit", str(path), "--site", "local", "--json", "--no-check")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def latest_step(run: Path) -> int:
+    return max((m["step"] for m in metrics(run) if m.get("kind") == "train"), default=0)
+
+
+def logs(run: Path) -> str:
+    return "\n".join(f"--- {p.name}\n{p.read_text()[-2500:]}" for p in sorted((run / "logs").glob("*.log")))
+
+
+def ends(run: Path) -> list[tuple[str, list[str]]]:
+    return [(line.outcome, line.failed_nodes) for line in History.read(RunDir(run)).ends]
+
+
+def status_text(job_id: str) -> str:
+    proc = run_cli("status", job_id)
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, tmp_path: Path) -> None:
+    path = job_file(
+        tmp_path,
+        "restart-rank",
+        {"steps": 300, "checkpoint_every": 50},
+        resources={"nodes": 2, "tasks_per_node": 2},
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: latest_step(run) >= 20, timeout=120), logs(run)
+        os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
+        killed = time.time()
+        final = wait_state(job_id, set(), timeout=400)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
+        history = History.read(RunDir(run))
+        assert {line.job_id for line in history.lines} == {job_id}  # one allocation: no queue
+        first_end, second_start = history.lines[1], history.lines[2]
+        print(
+            f"\nrank killed: step ended after {first_end.time - killed:.0f} s, "
+            f"relaunched after {second_start.time - killed:.0f} s"
+        )
+        assert "Restarts=0" in scontrol_job(job_id) or "Restarts" not in scontrol_job(job_id)
+        assert final["restarts"]["restarts"] == 1 and final["restarts"]["max"] == 3, final
+        assert json.loads((run / "record.json").read_text())["restarts"]["restarts"] == 1
+        assert "restarts: 1 of 3 (rank_failure" in status_text(job_id)
+        assert (run / "failures" / "attempt-0").is_dir() or not (run / "failures").exists()
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+
+
+def test_a_repeated_bug_is_not_retried(hpctrain_home: Path, tmp_path: Path) -> None:
+    path = job_file(
+        tmp_path, "restart-bug", {"entrypoint": "_runtime_job:raises_at_step", "options": {"at": 7}}
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        final = wait_state(job_id, set(), timeout=300)
+        assert final["state"] == "FAILED", logs(run)
+        # The first failure is retried (a fault, as far as anyone can tell); the same exception at
+        # the same step again is a bug: no third attempt.
+        assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "failed"], ends(run)
+        text = status_text(job_id)
+        assert "not retried" in text and "at step 7 again" in text, text
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+
+
+def descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    out, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def environ_has(pid: int, needle: bytes) -> bool:
+    try:
+        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return False
+
+
+def lose_node(node: str) -> None:
+    """A power loss of `node` on the one-host cluster: kill -9 its slurmd, then the slurmstepds
+    whose children run on it (SLURMD_NODENAME in their environment) and everything below them."""
+    slurmd = subprocess.run(
+        ["pgrep", "-f", f"slurmd -N {node}"], capture_output=True, text=True
+    ).stdout.split()
+    victims = [int(pid) for pid in slurmd]
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() != "slurmstepd":
+                continue
+        except OSError:
+            continue
+        stepd = int(comm.parent.name)
+        below = descendants(stepd)
+        if any(environ_has(pid, f"SLURMD_NODENAME={node}".encode()) for pid in below):
+            victims += [stepd, *below]
+    assert slurmd, f"no slurmd for {node}"
+    for pid in victims:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def recover_cluster() -> None:
+    if subprocess.run(["pgrep", "-f", "slurmd -N node2"], capture_output=True).returncode != 0:
+        subprocess.run(["slurmd", "-N", "node2"], check=False)
+    subprocess.run([str(REPO / "scripts" / "local-cluster.sh"), "recover"], check=False, timeout=300)
+
+
+def events(run: Path, name: str) -> list[dict[str, Any]]:
+    return [m for m in metrics(run) if m.get("kind") == "event" and m.get("event") == name]
+
+
+def same_weights(a: Path, b: Path) -> None:
+    first, second = torch.load(a / "final_model.pt"), torch.load(b / "final_model.pt")
+    assert first.keys() == second.keys()
+    for key in first:
+        assert torch.equal(first[key], second[key]), key
+
+
+def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, tmp_path: Path) -> None:
+    train = {"steps": 300, "checkpoint_every": 20, "export_final": True, "options": {"delay_s": 0.1}}
+    reference = submit(job_file(tmp_path / "ref", "restart-ref", train, resources={"nodelist": ["node1"]}))
+    entry = submit(job_file(tmp_path, "restart-node", train, resources={"nodelist": ["node2"]}))
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
+            run
+        )
+        lose_node("node2")
+        killed = time.monotonic()
+        # Slurm notices at SlurmdTimeout and requeues (NODE_FAIL); each `hpctrain status` poll that
+        # then sees it held (BeginTime) excludes node2, drops the pin and starts it at once.
+        assert wait_for(lambda: "JobState=PENDING" in scontrol_job(job_id), timeout=240, interval=0.5)
+        requeued = time.monotonic()
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S, poll=0.5)
+        running = time.monotonic()
+        final = wait_state(job_id, set(), timeout=600)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert ends(run) == [("node_failure", ["node2"]), ("completed", [])], ends(run)
+        history = History.read(RunDir(run))
+        assert [line.nodes for line in history.lines if line.event == "start"] == [["node2"], ["node1"]]
+        resumed = events(run, "resumed")
+        assert resumed and resumed[0]["step"] >= 40, resumed
+        assert "ExcNodeList=node2" in scontrol_job(job_id)
+        text = status_text(job_id)
+        assert "restarts: 1 of 3 (node_failure node2), excluded: node2" in text, text
+        print(
+            f"\nnode2 lost: requeued after {requeued - killed:.0f} s, running again after "
+            f"{running - requeued:.0f} s pending, {running - killed:.0f} s in all"
+        )
+        assert wait_state(reference["job_id"], set(), timeout=600)["state"] == "COMPLETED"
+        same_weights(run_dir(reference), run)
+    finally:
+        subprocess.run(["scancel", job_id, reference["job_id"]], check=False)
+        recover_cluster()
+
+
+def test_training_longer_than_the_time_limit_takes_three_allocations(
+    hpctrain_home: Path, tmp_path: Path
+) -> None:
+    # A 2-minute limit, the warning 60 s before it. slurmctld checks time limits about every 30 s,
+    # so the signal comes 60-90 s into an allocation. A step sleeps 0.2 s: an allocation trains at
+    # most ~425 of the 1,000 steps, however idle the machine.
+    train = {"steps": 1000, "checkpoint_every": 50, "options": {"delay_s": 0.2}}
+    path = job_file(
+        tmp_path,
+        "restart-time",
+        train,
+        resources={"time": "00:02:00", "nodelist": ["node1"]},
+        preemption={"signal": "USR1", "lead_time": 60, "requeue": True},
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        final = wait_state(job_id, set(), timeout=QUEUE_S + 900)
+        assert final["state"] == "COMPLETED", logs(run)
+        outcomes = [outcome for outcome, _ in ends(run)]
+        assert outcomes[-1] == "completed" and outcomes.count("preempted") >= 2, outcomes
+        assert final["restarts"]["restarts"] == 0  # preemption is no fault
+        history = History.read(RunDir(run))
+        gaps = [
+            nxt.time - line.time
+            for line, nxt in zip(history.lines, history.lines[1:], strict=False)
+            if line.outcome == "preempted"
+        ]
+        # Numbers for docs/fault-tolerance.md, not a check: queue time on the shared cluster varies.
+        print(f"\nrequeue -> next attempt: {', '.join(f'{g:.0f} s' for g in gaps)}")
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
