@@ -1,0 +1,120 @@
+"""Curves of one run: loss and evaluation metrics against step and wall time, and throughput."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hpctrain.report.plotting import empty_panel, figure_style, legend, mark_events, save, thin, time_scale
+from hpctrain.report.series import RunSeries, by_step, by_time, finite, segments
+
+
+def _span(series: RunSeries, start: float | None) -> float:
+    if start is None:
+        return 0.0
+    last = [finite(g[-1].time) for g in (series.train, series.evals, series.events) if g]
+    found = [t - start for t in last if t is not None]
+    return max(found, default=0.0)
+
+
+def _train_curve(
+    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
+) -> bool:
+    """The train lines' `name`, one line per segment between restarts (one colour, one label)."""
+    drawn = False
+    for first, end in segments(series):
+        part = series.train[first:end]
+        points = by_step(part, name) if on == "step" else by_time(part, name, start)
+        if not points:
+            continue
+        xs, ys = thin(points)
+        if on != "step":
+            xs = [x / divisor for x in xs]
+        axis.plot(xs, ys, color="tab:blue", linewidth=1.2, label=None if drawn else f"train {name}")
+        drawn = True
+    return drawn
+
+
+def _eval_points(
+    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
+) -> bool:
+    points = by_step(series.evals, name) if on == "step" else by_time(series.evals, name, start)
+    if not points:
+        return False
+    xs, ys = thin(points)
+    if on != "step":
+        xs = [x / divisor for x in xs]
+    axis.plot(xs, ys, "o-", color="tab:red", markersize=4, linewidth=1, label=f"eval {name}")
+    return True
+
+
+def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
+    """Loss (train and eval) and eval accuracy, against step (left) and wall time (right)."""
+    has_accuracy = any(finite(e.accuracy) is not None for e in series.evals)
+    if not series.train and not series.evals:
+        return None
+    start = series.start_time
+    divisor, time_label = time_scale(_span(series, start))
+    rows = 2 if has_accuracy else 1
+    with figure_style() as plt:
+        fig, axes = plt.subplots(rows, 2, figsize=(11, 3.4 * rows), squeeze=False)
+        for col, on in enumerate(("step", "time")):
+            axis = axes[0][col]
+            drawn = _train_curve(axis, series, "loss", on, start, divisor)
+            drawn = _eval_points(axis, series, "loss", on, start, divisor) or drawn
+            if not drawn:
+                empty_panel(axis, "no loss with a " + ("step" if on == "step" else "time"))
+                continue
+            axis.set_ylabel("loss")
+            if rows == 2:
+                _eval_points(axes[1][col], series, "accuracy", on, start, divisor)
+                axes[1][col].set_ylabel("eval accuracy")
+            for panel in (axes[r][col] for r in range(rows)):
+                mark_events(panel, series, on, start, divisor)
+                panel.set_xlabel("step" if on == "step" else time_label)
+        legend(axes[0][0], loc="upper right")
+        legend(axes[0][1], loc="upper right")
+        fig.suptitle(f"{title}: loss and evaluation (restarts, checkpoints and failures marked)")
+        fig.tight_layout()
+        return save(fig, path)
+
+
+def _rate(series: RunSeries) -> tuple[str, str]:
+    """The throughput field to draw: tokens/s for a language model, else samples/s."""
+    if any(finite(t.tokens_per_s) is not None for t in series.train):
+        return "tokens_per_s", "tokens/s"
+    return "samples_per_s", "samples/s"
+
+
+def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
+    """Throughput against wall time, step time against step, and MFU when the GPU's peak is known."""
+    name, unit = _rate(series)
+    start = series.start_time
+    rate = by_time(series.train, name, start)
+    step_time = by_step(series.train, "step_time_s")
+    mfu = by_step(series.train, "mfu")
+    panels = [p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU")) if p[0]]
+    if not panels:
+        return None
+    divisor, time_label = time_scale(_span(series, start))
+    with figure_style() as plt:
+        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+        for axis, (points, what) in zip(axes[0], panels, strict=True):
+            xs, ys = thin(points)
+            if what == "rate":
+                axis.plot([x / divisor for x in xs], ys, color="tab:green", linewidth=1.2)
+                axis.set_xlabel(time_label)
+                axis.set_ylabel(unit)
+                axis.set_title(f"throughput ({unit}, whole job)")
+                mark_events(axis, series, "time", start, divisor)
+            else:
+                axis.plot(xs, ys, color="tab:green" if what == "MFU" else "tab:brown", linewidth=1.2)
+                axis.set_xlabel("step")
+                axis.set_ylabel("model FLOPs utilisation" if what == "MFU" else "seconds per step")
+                axis.set_title("MFU" if what == "MFU" else "step time (mean over each log interval)")
+                mark_events(axis, series, "step")
+            axis.set_ylim(bottom=0)
+        legend(axes[0][0], loc="lower right")
+        fig.suptitle(f"{title}: throughput")
+        fig.tight_layout()
+        return save(fig, path)

@@ -1,0 +1,149 @@
+"""What every figure of a report shares: matplotlib (imported here, lazily, Agg), labels, event marks.
+
+Only `hpctrain report` imports this module, so no other verb pays for matplotlib. Text that comes
+from a run directory (event names, node names, parameters) is drawn as plain text: mathtext is off,
+because a `$` in a hostile file would otherwise make matplotlib raise while it draws.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from hpctrain.report.series import Points, RunSeries, finite
+
+STYLE = {
+    "text.parse_math": False,
+    "axes.grid": True,
+    "grid.alpha": 0.3,
+    "font.size": 9,
+    "axes.titlesize": 10,
+    "legend.fontsize": 8,
+    "legend.framealpha": 0.85,
+}
+DPI = 100
+# A curve of more points than this is thinned by a stride: the PNG has fewer pixels than that anyway.
+MAX_POINTS = 4000
+
+# Events drawn as vertical lines: colour, line style, legend label.
+MARKS: dict[str, tuple[str, str, str]] = {
+    "checkpoint": ("tab:gray", ":", "checkpoint"),
+    "resumed": ("tab:blue", "--", "restart / requeue (resumed)"),
+    "preempted": ("tab:orange", "--", "preempted"),
+    "failed": ("tab:red", "-", "failed"),
+    "checkpoint_corrupt": ("tab:red", ":", "corrupt checkpoint"),
+    "worker_dropped": ("tab:purple", "--", "worker dropped"),
+}
+ATTEMPT_ENDED = ("tab:red", "-.", "attempt ended, not completed (attempts.jsonl)")
+ATTEMPT_STARTED = ("tab:green", "-.", "attempt started (attempts.jsonl)")
+
+
+def pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+@contextlib.contextmanager
+def figure_style() -> Iterator[Any]:
+    """pyplot inside the report's style; matplotlib's warnings (a glyph a font lacks) stay quiet."""
+    plt = pyplot()
+    with plt.rc_context(STYLE), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield plt
+
+
+def save(fig: Any, path: Path) -> Path:
+    plt = pyplot()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fig.savefig(path, dpi=DPI)
+    finally:
+        plt.close(fig)
+    return path
+
+
+def plain(text: object, limit: int = 40) -> str:
+    """Text from a run directory as one short printable line."""
+    line = "".join(c if c.isprintable() else " " for c in str(text))
+    return line if len(line) <= limit else line[: limit - 1] + "…"
+
+
+def thin(points: Points, limit: int = MAX_POINTS) -> tuple[list[float], list[float]]:
+    stride = max(1, -(-len(points.x) // limit))
+    return points.x[::stride], points.y[::stride]
+
+
+def time_scale(span_s: float) -> tuple[float, str]:
+    """Divisor and axis label for seconds since the start: seconds, minutes or hours."""
+    if span_s <= 300:
+        return 1.0, "wall time since start (s)"
+    if span_s <= 3 * 3600:
+        return 60.0, "wall time since start (min)"
+    return 3600.0, "wall time since start (h)"
+
+
+def _vlines(axis: Any, xs: list[float], style: tuple[str, str, str], labelled: set[str]) -> None:
+    if not xs:
+        return
+    colour, dash, text = style
+    axis.vlines(
+        xs,
+        0,
+        1,
+        transform=axis.get_xaxis_transform(),
+        colors=colour,
+        linestyles=dash,
+        linewidth=1.0,
+        alpha=0.7,
+        label=None if text in labelled else text,
+    )
+    labelled.add(text)
+
+
+def mark_events(
+    axis: Any, series: RunSeries, on: str, start: float | None = None, divisor: float = 1.0
+) -> None:
+    """Vertical lines at restarts, checkpoints, preemptions and failures; `on` is "step" or "time".
+
+    On a wall-time axis the attempts of attempts.jsonl are marked too (they have no step)."""
+    labelled: set[str] = set()
+    for kind, style in MARKS.items():
+        chosen = [e for e in series.events if e.event == kind]
+        if on == "step":
+            xs = [x for x in (finite(e.step) for e in chosen) if x is not None]
+        else:
+            xs = _times([e.time for e in chosen], start, divisor)
+        _vlines(axis, xs, style, labelled)
+    if on != "step":
+        later = [a.time for a in series.attempts if a.event == "start" and a.attempt > 0]
+        failed = [a.time for a in series.attempts if a.event == "end" and a.outcome not in ("", "completed")]
+        _vlines(axis, _times(later, start, divisor), ATTEMPT_STARTED, labelled)
+        _vlines(axis, _times(failed, start, divisor), ATTEMPT_ENDED, labelled)
+
+
+def _times(times: list[float | None], start: float | None, divisor: float) -> list[float]:
+    if start is None:
+        return []
+    found = (finite(t) for t in times)
+    return [(t - start) / divisor for t in found if t is not None]
+
+
+def legend(axis: Any, **options: Any) -> None:
+    """A legend only where something is labelled (matplotlib warns about an empty one)."""
+    handles, labels = axis.get_legend_handles_labels()
+    if handles:
+        axis.legend(handles, labels, **options)
+
+
+def empty_panel(axis: Any, text: str) -> None:
+    axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes, color="0.4")
+    axis.set_xticks([])
+    axis.set_yticks([])
+    axis.grid(False)

@@ -1,0 +1,49 @@
+"""Several runs on one figure: the trials of a sweep (or the elements of an array job), one colour each."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpctrain.report.plotting import empty_panel, figure_style, legend, plain, save, thin
+from hpctrain.report.series import RunSeries, by_step
+
+# Trials drawn with a legend entry; the others are drawn in grey, unlabelled.
+LABELLED = 12
+
+
+def trials_figure(
+    trials: list[tuple[str, RunSeries]], path: Path, title: str, best: str | None = None
+) -> Path | None:
+    """Train loss (left) and eval loss (right) of every trial against step; `best` (a label) is drawn
+    thick and on top, so the winner is found at a glance among many."""
+    if not any(s.train or s.evals for _, s in trials):
+        return None
+    with figure_style() as plt:
+        fig, (train, evals) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
+        colours = plt.get_cmap("tab10")
+        for n, (label, series) in enumerate(trials):
+            winner = label == best
+            named = winner or n < LABELLED
+            style = {
+                "color": "black" if winner else (colours(n % 10) if named else "0.7"),
+                "linewidth": 2.2 if winner else 1.0,
+                "zorder": 3 if winner else 2,
+                "label": plain(label + (" (best)" if winner else ""), 60) if named else None,
+            }
+            xs, ys = thin(by_step(series.train, "loss"))
+            if xs:
+                train.plot(xs, ys, **style)
+            xs, ys = thin(by_step(series.evals, "loss"))
+            if xs:
+                evals.plot(xs, ys, "o-", markersize=3, **style)
+        for axis, what in ((train, "train loss"), (evals, "eval loss")):
+            axis.set_xlabel("step")
+            axis.set_ylabel(what)
+            axis.set_title(what + " of each trial")
+            if not axis.lines:
+                empty_panel(axis, f"no {what} yet")
+        legend(evals if evals.lines else train, loc="upper right", ncol=1 if len(trials) <= 6 else 2)
+        unlabelled = max(0, len(trials) - LABELLED)
+        more = f" ({unlabelled} more in grey)" if unlabelled else ""
+        fig.suptitle(f"{title}: {len(trials)} trials{more}")
+        return save(fig, path)
