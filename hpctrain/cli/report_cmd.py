@@ -57,8 +57,12 @@ def _report(key: str, out: Path | None) -> Written:
     from hpctrain.rundir import RunDir, Unreadable
 
     path = Path(key)
-    if key not in (".", "..") and path.is_dir() and _looks_like_run(RunDir(path)):
-        return _report_dir(RunDir(path), out, title=path.name, state="", job_id="", ended=True)
+    if key not in (".", "..") and path.is_dir():
+        record = sweep.load(path)
+        if isinstance(record, sweep.SweepRecord):
+            return _report_sweep(path, record, out)
+        if _looks_like_run(RunDir(path)):
+            return _report_dir(RunDir(path), out, title=path.name, state="", job_id="", ended=True)
     index = Index()
     found = sweep.find(index, key)
     if found is not None:
@@ -124,16 +128,20 @@ def _report_sweep(root: Path, record: SweepRecord, out: Path | None) -> Written:
     from hpctrain.cli.sweep_report import plot
     from hpctrain.report.build import Trial, report_trials
     from hpctrain.report.summary import Subject
-    from hpctrain.sweep import describe, trial_dir
+    from hpctrain.sweep import Value, describe, trial_dir
     from hpctrain.sweep_status import survey
     from hpctrain.watch import TERMINAL_NAMES
 
     (status,) = survey([(root, record)])
+
+    def label(index: int, params: dict[str, Value]) -> str:
+        return f"trial {index}: " + describe({k.removeprefix("train."): v for k, v in params.items()})
+
     trials = [
-        Trial(f"trial {t.index}", trial_dir(root, t.index), t.state, t.metric, describe(t.params))
+        Trial(label(t.index, t.params), trial_dir(root, t.index), t.state, t.metric, describe(t.params))
         for t in status.trials
     ]
-    best = f"trial {status.best.index}" if status.best is not None else None
+    best = label(status.best.index, status.best.params) if status.best is not None else None
     subject = Subject(
         title=f"sweep {status.name}",
         run_id=status.sweep_id,

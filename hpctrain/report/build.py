@@ -139,7 +139,11 @@ def report_trials(
     for trial, (_, series) in zip(trials, read, strict=True):
         last = series.train[-1] if series.train else None
         step = f"{last.step}/{last.steps or '?'}" if last else "-"
-        cells = [summary.md(trial.label, 40), summary.md(trial.state, 20), summary.number(trial.metric)]
+        cells = [
+            summary.md(trial.label.split(":")[0], 40),
+            summary.md(trial.state, 20),
+            summary.number(trial.metric),
+        ]
         cells += [step, summary.md(trial.params, 120)]
         rows.append("| " + " | ".join(cells) + " |")
         page.problems += [f"{trial.label}: {p}" for p in series.problems.lines()]

@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from hpctrain.report.plotting import empty_panel, figure_style, legend, mark_events, save, thin, time_scale
+from hpctrain.report.plotting import (
+    empty_panel,
+    figure_legend,
+    figure_style,
+    mark_events,
+    save,
+    thin,
+    time_scale,
+)
 from hpctrain.report.series import RunSeries, by_step, by_time, finite, segments
 
 
@@ -17,35 +25,36 @@ def _span(series: RunSeries, start: float | None) -> float:
     return max(found, default=0.0)
 
 
-def _train_curve(
-    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
-) -> bool:
-    """The train lines' `name`, one line per segment between restarts (one colour, one label)."""
+def _curve(
+    axis: Any, lines: list, name: str, on: str, start: float | None, divisor: float, style: dict
+) -> bool:  # type: ignore[type-arg]
+    """`name` of the lines, one line per segment between restarts (one colour, one legend label)."""
     drawn = False
-    for first, end in segments(series):
-        part = series.train[first:end]
+    for first, end in segments(lines):
+        part = lines[first:end]
         points = by_step(part, name) if on == "step" else by_time(part, name, start)
         if not points:
             continue
         xs, ys = thin(points)
         if on != "step":
             xs = [x / divisor for x in xs]
-        axis.plot(xs, ys, color="tab:blue", linewidth=1.2, label=None if drawn else f"train {name}")
+        axis.plot(xs, ys, **{**style, "label": None if drawn else style["label"]})
         drawn = True
     return drawn
+
+
+def _train_curve(
+    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
+) -> bool:
+    style = {"color": "tab:blue", "linewidth": 1.2, "label": f"train {name}"}
+    return _curve(axis, series.train, name, on, start, divisor, style)
 
 
 def _eval_points(
     axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
 ) -> bool:
-    points = by_step(series.evals, name) if on == "step" else by_time(series.evals, name, start)
-    if not points:
-        return False
-    xs, ys = thin(points)
-    if on != "step":
-        xs = [x / divisor for x in xs]
-    axis.plot(xs, ys, "o-", color="tab:red", markersize=4, linewidth=1, label=f"eval {name}")
-    return True
+    style = {"color": "tab:red", "marker": "o", "markersize": 4, "linewidth": 1, "label": f"eval {name}"}
+    return _curve(axis, series.evals, name, on, start, divisor, style)
 
 
 def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
@@ -57,7 +66,7 @@ def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     divisor, time_label = time_scale(_span(series, start))
     rows = 2 if has_accuracy else 1
     with figure_style() as plt:
-        fig, axes = plt.subplots(rows, 2, figsize=(11, 3.4 * rows), squeeze=False)
+        fig, axes = plt.subplots(rows, 2, figsize=(11, 0.6 + 3.4 * rows), squeeze=False, layout="constrained")
         for col, on in enumerate(("step", "time")):
             axis = axes[0][col]
             drawn = _train_curve(axis, series, "loss", on, start, divisor)
@@ -72,10 +81,8 @@ def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             for panel in (axes[r][col] for r in range(rows)):
                 mark_events(panel, series, on, start, divisor)
                 panel.set_xlabel("step" if on == "step" else time_label)
-        legend(axes[0][0], loc="upper right")
-        legend(axes[0][1], loc="upper right")
+        figure_legend(fig, [axes[0][0], axes[0][1]])
         fig.suptitle(f"{title}: loss and evaluation (restarts, checkpoints and failures marked)")
-        fig.tight_layout()
         return save(fig, path)
 
 
@@ -98,7 +105,9 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
         return None
     divisor, time_label = time_scale(_span(series, start))
     with figure_style() as plt:
-        fig, axes = plt.subplots(1, len(panels), figsize=(5.2 * len(panels), 3.6), squeeze=False)
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, layout="constrained"
+        )
         for axis, (points, what) in zip(axes[0], panels, strict=True):
             xs, ys = thin(points)
             if what == "rate":
@@ -114,7 +123,6 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
                 axis.set_title("MFU" if what == "MFU" else "step time (mean over each log interval)")
                 mark_events(axis, series, "step")
             axis.set_ylim(bottom=0)
-        legend(axes[0][0], loc="lower right")
+        figure_legend(fig, list(axes[0]))
         fig.suptitle(f"{title}: throughput")
-        fig.tight_layout()
         return save(fig, path)

@@ -132,7 +132,8 @@ def _times(times: list[float | None], start: float | None, divisor: float) -> li
     if start is None:
         return []
     found = (finite(t) for t in times)
-    return [(t - start) / divisor for t in found if t is not None]
+    shifted = (finite((t - start) / divisor) for t in found if t is not None)  # may overflow: dropped
+    return [t for t in shifted if t is not None]
 
 
 def legend(axis: Any, **options: Any) -> None:
@@ -140,6 +141,16 @@ def legend(axis: Any, **options: Any) -> None:
     handles, labels = axis.get_legend_handles_labels()
     if handles:
         axis.legend(handles, labels, **options)
+
+
+def figure_legend(fig: Any, axes: list[Any], columns: int = 4) -> None:
+    """One legend for the figure, below the panels (over them it would hide curves), each label once."""
+    seen: dict[str, Any] = {}
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(columns, len(seen)))
 
 
 def empty_panel(axis: Any, text: str) -> None:

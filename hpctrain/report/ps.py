@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.report.plotting import empty_panel, figure_style, legend, mark_events, save, thin, time_scale
+from hpctrain.report.plotting import (
+    empty_panel,
+    figure_legend,
+    figure_style,
+    mark_events,
+    save,
+    thin,
+    time_scale,
+)
 from hpctrain.report.series import Points, RunSeries, by_step, by_time, finite
 from hpctrain.rundir import TrainLine
 
@@ -52,7 +60,7 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     divisor, time_label = time_scale(span)
     shown = _shown_workers(series)
     with figure_style() as plt:
-        fig, (stale, rate, share) = plt.subplots(1, 3, figsize=(15, 3.8), constrained_layout=True)
+        fig, (stale, rate, share) = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
         if mean or worst:
             for points, label, style in ((mean, "mean", "-"), (worst, "max", ":")):
                 xs, ys = thin(points)
@@ -61,7 +69,6 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             stale.set_ylabel("versions behind")
             stale.set_title("staleness of the gradients the server applied")
             mark_events(stale, series, "step")
-            legend(stale, loc="upper right")
         else:
             empty_panel(stale, "no staleness recorded (synchronous, or not a parameter server)")
         colours = plt.get_cmap("tab10" if len(shown) <= 10 else "tab20")
@@ -88,6 +95,6 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             mark_events(axis, series, "time", start, divisor)
             if not series.workers:
                 empty_panel(axis, "no worker metrics files (metrics/worker-N.jsonl)")
-        legend(rate, loc="lower right", ncol=2)
+        figure_legend(fig, [stale, rate, share], columns=6)
         fig.suptitle(f"{title}: parameter server")
         return save(fig, path)

@@ -19,7 +19,7 @@ MAX_MEMORY_RANKS = 256
 NAMED_ROWS = 32
 
 
-def _matrices(series: RunSeries) -> tuple[Any, Any, list[int]]:
+def rank_matrices(series: RunSeries) -> tuple[Any, Any, list[int]]:
     """(compute time ÷ the interval's median over ranks, wait share, step) as rank x interval arrays."""
     import numpy as np
 
@@ -80,7 +80,7 @@ def heatmap_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     import numpy as np
     from matplotlib.colors import TwoSlopeNorm
 
-    relative, share, steps = _matrices(series)
+    relative, share, steps = rank_matrices(series)
     relative, col_group = _bin(relative, 1, MAX_COLUMNS, worst=True)
     share, _ = _bin(share, 1, MAX_COLUMNS, worst=False)
     relative, row_group = _bin(relative, 0, MAX_ROWS, worst=True)

@@ -34,7 +34,10 @@ def finite(value: object) -> float | None:
     """`value` as a finite float, else None (bools, NaN, infinity and non-numbers are not data)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
-    number = float(value)
+    try:
+        number = float(value)
+    except OverflowError:  # an integer of hundreds of digits
+        return None
     return number if math.isfinite(number) else None
 
 
@@ -179,20 +182,20 @@ def by_time(lines: list, name: str, start: float | None) -> Points:  # type: ign
     for line in lines:
         moment = finite(line.time)
         if moment is not None:
-            points.add(moment - start, getattr(line, name, None))
+            points.add(moment - start, getattr(line, name, None))  # a hostile time overflows: dropped
     return points
 
 
-def segments(series: RunSeries) -> list[tuple[int, int]]:
-    """Index ranges [first, end) of series.train between restarts: a resumed run goes back to its
-    checkpoint's step, and a curve drawn through that jump would fold back on itself."""
+def segments(lines: list) -> list[tuple[int, int]]:  # type: ignore[type-arg]
+    """Index ranges [first, end) of `lines` (train or eval) between restarts: a resumed run goes back to
+    its checkpoint's step, and a curve drawn through that jump would fold back on itself."""
     bounds: list[tuple[int, int]] = []
     first = 0
-    for i in range(1, len(series.train)):
-        before, now = finite(series.train[i - 1].step), finite(series.train[i].step)
+    for i in range(1, len(lines)):
+        before, now = finite(lines[i - 1].step), finite(lines[i].step)
         if before is not None and now is not None and now <= before:
             bounds.append((first, i))
             first = i
-    if series.train:
-        bounds.append((first, len(series.train)))
+    if lines:
+        bounds.append((first, len(lines)))
     return bounds

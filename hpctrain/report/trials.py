@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.report.plotting import empty_panel, figure_style, legend, plain, save, thin
+from hpctrain.report.plotting import empty_panel, figure_style, plain, save, thin
 from hpctrain.report.series import RunSeries, by_step
 
 # Trials drawn with a legend entry; the others are drawn in grey, unlabelled.
@@ -42,7 +42,9 @@ def trials_figure(
             axis.set_title(what + " of each trial")
             if not axis.lines:
                 empty_panel(axis, f"no {what} yet")
-        legend(evals if evals.lines else train, loc="upper right", ncol=1 if len(trials) <= 6 else 2)
+        handles, labels = (evals if evals.lines else train).get_legend_handles_labels()
+        if handles:  # below the panels: over them it would hide the curves
+            fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(handles)))
         unlabelled = max(0, len(trials) - LABELLED)
         more = f" ({unlabelled} more in grey)" if unlabelled else ""
         fig.suptitle(f"{title}: {len(trials)} trials{more}")
