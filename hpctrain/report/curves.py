@@ -5,16 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
+from hpctrain.report.columns import by_step, by_time, column, segments
 from hpctrain.report.plotting import (
     empty_panel,
     figure_legend,
     figure_style,
     mark_events,
     save,
-    thin,
     time_scale,
 )
-from hpctrain.report.series import RunSeries, by_step, by_time, finite, segments
+from hpctrain.report.series import RunSeries, finite
 
 
 def _span(series: RunSeries, start: float | None) -> float:
@@ -32,13 +34,10 @@ def _curve(
     drawn = False
     for first, end in segments(lines):
         part = lines[first:end]
-        points = by_step(part, name) if on == "step" else by_time(part, name, start)
+        points = by_step(part, name) if on == "step" else by_time(part, name, start, divisor)
         if not points:
             continue
-        xs, ys = thin(points)
-        if on != "step":
-            xs = [x / divisor for x in xs]
-        axis.plot(xs, ys, **{**style, "label": None if drawn else style["label"]})
+        axis.plot(points.x, points.y, **{**style, "label": None if drawn else style["label"]})
         drawn = True
     return drawn
 
@@ -88,7 +87,7 @@ def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
 
 def _rate(series: RunSeries) -> tuple[str, str]:
     """The throughput field to draw: tokens/s for a language model, else samples/s."""
-    if any(finite(t.tokens_per_s) is not None for t in series.train):
+    if np.isfinite(column(series.train, "tokens_per_s")).any():
         return "tokens_per_s", "tokens/s"
     return "samples_per_s", "samples/s"
 
@@ -97,21 +96,21 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     """Throughput against wall time, step time against step, and MFU when the GPU's peak is known."""
     name, unit = _rate(series)
     start = series.start_time
-    rate = by_time(series.train, name, start)
+    divisor, time_label = time_scale(_span(series, start))
+    rate = by_time(series.train, name, start, divisor)
     step_time = by_step(series.train, "step_time_s")
     mfu = by_step(series.train, "mfu")
     panels = [p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU")) if p[0]]
     if not panels:
         return None
-    divisor, time_label = time_scale(_span(series, start))
     with figure_style() as plt:
         fig, axes = plt.subplots(
             1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, layout="constrained"
         )
         for axis, (points, what) in zip(axes[0], panels, strict=True):
-            xs, ys = thin(points)
+            xs, ys = points.x, points.y
             if what == "rate":
-                axis.plot([x / divisor for x in xs], ys, color="tab:green", linewidth=1.2)
+                axis.plot(xs, ys, color="tab:green", linewidth=1.2)
                 axis.set_xlabel(time_label)
                 axis.set_ylabel(unit)
                 axis.set_title(f"throughput ({unit}, whole job)")

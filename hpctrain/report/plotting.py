@@ -13,7 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from hpctrain.report.series import Points, RunSeries, finite
+from hpctrain.report.columns import column, seconds
+from hpctrain.report.series import RunSeries
 
 STYLE = {
     "text.parse_math": False,
@@ -25,8 +26,9 @@ STYLE = {
     "legend.framealpha": 0.85,
 }
 DPI = 100
-# A curve of more points than this is thinned by a stride: the PNG has fewer pixels than that anyway.
-MAX_POINTS = 4000
+# Event lines of one kind drawn at most (by a stride): 2,000 checkpoint lines in a 500-pixel panel
+# are grey noise, and cost matplotlib seconds.
+MAX_MARKS = 150
 
 # Events drawn as vertical lines: colour, line style, legend label.
 MARKS: dict[str, tuple[str, str, str]] = {
@@ -75,11 +77,6 @@ def plain(text: object, limit: int = 40) -> str:
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-def thin(points: Points, limit: int = MAX_POINTS) -> tuple[list[float], list[float]]:
-    stride = max(1, -(-len(points.x) // limit))
-    return points.x[::stride], points.y[::stride]
-
-
 def time_scale(span_s: float) -> tuple[float, str]:
     """Divisor and axis label for seconds since the start: seconds, minutes or hours."""
     if span_s <= 300:
@@ -89,10 +86,16 @@ def time_scale(span_s: float) -> tuple[float, str]:
     return 3600.0, "wall time since start (h)"
 
 
-def _vlines(axis: Any, xs: list[float], style: tuple[str, str, str], labelled: set[str]) -> None:
-    if not xs:
+def _vlines(axis: Any, positions: Any, style: tuple[str, str, str], labelled: set[str]) -> None:
+    import numpy as np
+
+    xs = positions[np.isfinite(positions)]
+    if not len(xs):
         return
+    stride = max(1, -(-len(xs) // MAX_MARKS))
     colour, dash, text = style
+    if stride > 1:
+        xs, text = xs[::stride], f"{text} (every {stride}th of {len(xs)})"
     axis.vlines(
         xs,
         0,
@@ -116,24 +119,13 @@ def mark_events(
     labelled: set[str] = set()
     for kind, style in MARKS.items():
         chosen = [e for e in series.events if e.event == kind]
-        if on == "step":
-            xs = [x for x in (finite(e.step) for e in chosen) if x is not None]
-        else:
-            xs = _times([e.time for e in chosen], start, divisor)
+        xs = column(chosen, "step") if on == "step" else seconds(chosen, start, divisor)
         _vlines(axis, xs, style, labelled)
     if on != "step":
-        later = [a.time for a in series.attempts if a.event == "start" and a.attempt > 0]
-        failed = [a.time for a in series.attempts if a.event == "end" and a.outcome not in ("", "completed")]
-        _vlines(axis, _times(later, start, divisor), ATTEMPT_STARTED, labelled)
-        _vlines(axis, _times(failed, start, divisor), ATTEMPT_ENDED, labelled)
-
-
-def _times(times: list[float | None], start: float | None, divisor: float) -> list[float]:
-    if start is None:
-        return []
-    found = (finite(t) for t in times)
-    shifted = (finite((t - start) / divisor) for t in found if t is not None)  # may overflow: dropped
-    return [t for t in shifted if t is not None]
+        later = [a for a in series.attempts if a.event == "start" and a.attempt > 0]
+        failed = [a for a in series.attempts if a.event == "end" and a.outcome not in ("", "completed")]
+        _vlines(axis, seconds(later, start, divisor), ATTEMPT_STARTED, labelled)
+        _vlines(axis, seconds(failed, start, divisor), ATTEMPT_ENDED, labelled)
 
 
 def legend(axis: Any, **options: Any) -> None:

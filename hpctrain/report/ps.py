@@ -4,32 +4,31 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from hpctrain.report.columns import Points, by_step, by_time, column, seconds
 from hpctrain.report.plotting import (
     empty_panel,
     figure_legend,
     figure_style,
     mark_events,
     save,
-    thin,
     time_scale,
 )
-from hpctrain.report.series import Points, RunSeries, by_step, by_time, finite
+from hpctrain.report.series import RunSeries, finite
 from hpctrain.rundir import TrainLine
 
 # Workers drawn as lines of their own; more are summarised by the slowest and fastest few.
 MAX_WORKER_LINES = 12
 
 
-def _wait_share(lines: list[TrainLine], start: float | None) -> Points:
+def _wait_share(lines: list[TrainLine], start: float | None, divisor: float) -> Points:
     """wait ÷ (compute + wait) of each worker line: the time a worker waits for the servers."""
-    points = Points()
-    if start is None:
-        return points
-    for line in lines:
-        compute, wait, moment = finite(line.compute_s), finite(line.wait_s), finite(line.time)
-        if compute is not None and wait is not None and moment is not None and compute + wait > 0:
-            points.add(moment - start, wait / (compute + wait))
-    return points
+    import numpy as np
+
+    compute, wait = column(lines, "compute_s"), column(lines, "wait_s")
+    with np.errstate(all="ignore"):
+        share = wait / (compute + wait)
+        share[(compute < 0) | (wait < 0)] = np.nan
+    return Points.of(seconds(lines, start, divisor), share)
 
 
 def _shown_workers(series: RunSeries) -> list[int]:
@@ -63,8 +62,7 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
         fig, (stale, rate, share) = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
         if mean or worst:
             for points, label, style in ((mean, "mean", "-"), (worst, "max", ":")):
-                xs, ys = thin(points)
-                stale.plot(xs, ys, style, color="tab:red", label=f"staleness {label}")
+                stale.plot(points.x, points.y, style, color="tab:red", label=f"staleness {label}")
             stale.set_xlabel("server version (updates applied)")
             stale.set_ylabel("versions behind")
             stale.set_title("staleness of the gradients the server applied")
@@ -75,10 +73,10 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
         for n, worker in enumerate(shown):
             lines = series.workers[worker]
             colour = colours(n % colours.N)
-            xs, ys = thin(by_time(lines, "samples_per_s", start))
-            rate.plot([x / divisor for x in xs], ys, color=colour, label=f"worker {worker}")
-            xs, ys = thin(_wait_share(lines, start))
-            share.plot([x / divisor for x in xs], ys, color=colour, label=f"worker {worker}")
+            points = by_time(lines, "samples_per_s", start, divisor)
+            rate.plot(points.x, points.y, color=colour, label=f"worker {worker}")
+            points = _wait_share(lines, start, divisor)
+            share.plot(points.x, points.y, color=colour, label=f"worker {worker}")
         more = (
             f" ({len(shown)} of {len(series.workers)}: slowest and fastest)"
             if len(shown) < len(series.workers)

@@ -6,6 +6,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from hpctrain.report.columns import column, rank_table
 from hpctrain.report.plotting import empty_panel, figure_style, plain, save
 from hpctrain.report.series import RunSeries, finite
 
@@ -25,13 +26,8 @@ def rank_matrices(series: RunSeries) -> tuple[Any, Any, list[int]]:
 
     lines = series.ranks
     width = min(MAX_RANKS, max((len(line.compute_s) for line in lines), default=0))
-    compute = np.full((width, len(lines)), np.nan)
-    wait = np.full((width, len(lines)), np.nan)
-    for col, line in enumerate(lines):
-        for rank, value in enumerate(line.compute_s[:width]):
-            compute[rank, col] = _nan(value)
-        for rank, value in enumerate(line.wait_s[:width]):
-            wait[rank, col] = _nan(value)
+    compute = rank_table([line.compute_s for line in lines], width)
+    wait = rank_table([line.wait_s for line in lines], width)
     compute[compute < 0] = np.nan
     wait[wait < 0] = np.nan
     with np.errstate(all="ignore"), warnings.catch_warnings():
@@ -39,13 +35,8 @@ def rank_matrices(series: RunSeries) -> tuple[Any, Any, list[int]]:
         median = np.nanmedian(compute, axis=0) if width else np.full(len(lines), np.nan)
         relative = compute / np.where(median > 0, median, np.nan)
         share = wait / (compute + wait)
-    steps = [int(s) if (s := finite(line.step)) is not None else 0 for line in lines]
+    steps = np.nan_to_num(column(lines, "step")).astype(np.int64).tolist()
     return relative, share, steps
-
-
-def _nan(value: object) -> float:
-    number = finite(value)
-    return float("nan") if number is None else number
 
 
 def _bin(matrix: Any, axis: int, limit: int, worst: bool) -> tuple[Any, int]:
@@ -118,15 +109,16 @@ def heatmap_figure(series: RunSeries, path: Path, title: str) -> Path | None:
 
 def _mark_stragglers(axis: Any, series: RunSeries, col_group: int, row_group: int) -> bool:
     """A black dot where the runtime flagged a straggler (RankTimesLine.stragglers)."""
-    xs, ys = [], []
-    for col, line in enumerate(series.ranks):
-        for rank in line.stragglers[:MAX_RANKS]:
-            if 0 <= rank < MAX_RANKS:
-                xs.append(col // col_group)
-                ys.append(rank // row_group)
-    if xs:
+    cells = {
+        (col // col_group, rank // row_group)  # one dot per drawn cell, however many intervals it folds
+        for col, line in enumerate(series.ranks)
+        for rank in line.stragglers[:MAX_RANKS]
+        if 0 <= rank < MAX_RANKS
+    }
+    if cells:
+        xs, ys = zip(*sorted(cells), strict=True)
         axis.scatter(xs, ys, s=10, c="black", marker="o")
-    return bool(xs)
+    return bool(cells)
 
 
 def _rank_ticks(axis: Any, series: RunSeries, rows: int, row_group: int) -> None:

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpctrain.report.plotting import empty_panel, figure_style, plain, save, thin
-from hpctrain.report.series import RunSeries, by_step
+from hpctrain.report.columns import by_step
+from hpctrain.report.plotting import empty_panel, figure_style, plain, save
+from hpctrain.report.series import RunSeries
 
 # Trials drawn with a legend entry; the others are drawn in grey, unlabelled.
 LABELLED = 12
@@ -30,12 +31,12 @@ def trials_figure(
                 "zorder": 3 if winner else 2,
                 "label": plain(label + (" (best)" if winner else ""), 60) if named else None,
             }
-            xs, ys = thin(by_step(series.train, "loss"))
-            if xs:
-                train.plot(xs, ys, **style)
-            xs, ys = thin(by_step(series.evals, "loss"))
-            if xs:
-                evals.plot(xs, ys, "o-", markersize=3, **style)
+            points = by_step(series.train, "loss")
+            if points:
+                train.plot(points.x, points.y, **style)
+            points = by_step(series.evals, "loss")
+            if points:
+                evals.plot(points.x, points.y, "o-", markersize=3, **style)
         for axis, what in ((train, "train loss"), (evals, "eval loss")):
             axis.set_xlabel("step")
             axis.set_ylabel(what)

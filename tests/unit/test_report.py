@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from hpctrain import rundir
-from hpctrain.report.series import read_run, segments
+from hpctrain.report.columns import segments
+from hpctrain.report.series import read_run
 from hpctrain.rundir import RunDir
 from tests.conftest import REPO
 from tests.unit.report_runs import add_rank_times, write_run
