@@ -38,6 +38,7 @@ MARKS: dict[str, tuple[str, str, str]] = {
     "failed": ("tab:red", "-", "failed"),
     "checkpoint_corrupt": ("tab:red", ":", "corrupt checkpoint"),
     "worker_dropped": ("tab:purple", "--", "worker dropped"),
+    "straggler": ("black", ":", "straggler flagged"),
 }
 ATTEMPT_ENDED = ("tab:red", "-.", "attempt ended, not completed (attempts.jsonl)")
 ATTEMPT_STARTED = ("tab:green", "-.", "attempt started (attempts.jsonl)")

@@ -5,7 +5,6 @@ a parameter-server job and a small sweep. Every figure each should have is check
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import time
 from collections.abc import Iterator
@@ -24,7 +23,6 @@ from tests.unit.report_runs import add_rank_times
 pytestmark = [pytest.mark.cluster, pytest.mark.timeout(900)]
 pytest.importorskip("matplotlib", reason="hpctrain report draws with matplotlib (the test extra has it)")
 
-HERE = Path(__file__).resolve().parent
 SLOW_RANK = 3
 QUEUE_TIMEOUT = 600  # the cluster is shared: jobs may wait behind other tests' jobs
 
@@ -53,18 +51,20 @@ def figures(out: Path) -> set[str]:
 
 @pytest.fixture(scope="module")
 def slowed_job(home: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
-    """A 2 x 2 digits job with rank 3 sleeping 30 ms per forward, reported once while it runs."""
+    """A 2 x 2 digits job whose rank 3 sleeps 30 ms per forward (the others 5 ms), reported once
+    while it runs (the fault injection of tests/launcher.py)."""
     submitted = submit(
         JOBS / "digits-ddp.yaml",
-        "train.entrypoint=_report_job:slow_rank_digits",
-        f"train.options.slow_rank={SLOW_RANK}",
-        "train.options.delay_s=0.03",
+        "train.entrypoint=tests.launcher:faulty",
+        "train.options.delay_s=0.005",
+        f"train.options.slow_worker={SLOW_RANK}",
+        "train.options.slow_factor=6",
         "train.steps=200",
         "train.log_every=5",
         "train.eval_every=50",
         "train.checkpoint_every=50",
-        f"env.PYTHONPATH={REPO}{os.pathsep}{HERE}",
-        env={**home, "PYTHONPATH": f"{REPO}{os.pathsep}{HERE}"},  # where submit looks for the entrypoint
+        f"env.PYTHONPATH={REPO}",
+        env=home,
     )
     job_id = submitted["job_id"]
     root = Path(submitted["run_dir"])
