@@ -31,6 +31,15 @@ def matplotlib_missing() -> str | None:
     return None
 
 
+def _can_draw(page: Page, notes: list[str]) -> bool:
+    """Whether matplotlib is there; if not, the page and the command's warnings say so."""
+    missing = matplotlib_missing()
+    if missing:
+        notes.append(missing)
+        page.missing.append(missing)
+    return missing is None
+
+
 def _run_figures() -> list[tuple[str, str, Figure, str]]:
     """(file stem, heading, draw, why it may be absent), in page order; imported only when drawing."""
     from hpctrain.report.curves import loss_figure, throughput_figure
@@ -77,14 +86,8 @@ def report_run(run: RunDir, subject: Subject, out: Path) -> Written:
     result = run.read_result()
     page = Page(subject)
     page.rows = summary.run_rows(series, result) + summary.ps_rows(result)
-    notes = []
-    figures: list[Path] = []
-    missing = matplotlib_missing()
-    if missing:
-        notes.append(missing)
-        page.missing.append(missing)
-    else:
-        figures = _draw(page, out, _run_figures(), series)
+    notes: list[str] = []
+    figures = _draw(page, out, _run_figures(), series) if _can_draw(page, notes) else []
     failures = run.read_failures()
     page.sections = [
         ("Timeline", summary.timeline(series)),
@@ -118,11 +121,7 @@ def report_trials(
     page = Page(subject)
     notes: list[str] = []
     figures: list[Path] = []
-    missing = matplotlib_missing()
-    if missing:
-        notes.append(missing)
-        page.missing.append(missing)
-    else:
+    if _can_draw(page, notes):
         from hpctrain.report.trials import trials_figure
 
         path = trials_figure(read, out / "report-trials.png", subject.title, best)

@@ -18,6 +18,8 @@ from hpctrain.report.series import finite
 
 # A curve of more points than this is thinned by a stride: the PNG has fewer pixels than that anyway.
 MAX_POINTS = 4000
+# Restarts that split curves (a run restarted more often than this is split at its first ones).
+MAX_RESTARTS = 1000
 
 
 def column(lines: list[Any], name: str) -> np.ndarray:
@@ -68,15 +70,20 @@ def by_time(lines: list[Any], name: str, start: float | None, divisor: float = 1
     return Points.of(seconds(lines, start, divisor), column(lines, name))
 
 
-def segments(lines: list[Any]) -> list[tuple[int, int]]:
-    """Index ranges [first, end) of `lines` (train or eval) between restarts: a resumed run goes back to
-    its checkpoint's step, and a curve drawn through that jump would fold back on itself."""
+def segments(lines: list[Any], restarts: list[Any] = ()) -> list[tuple[int, int]]:  # type: ignore[assignment]
+    """Index ranges [first, end) of `lines` (train or eval) between restarts, so no curve is drawn
+    across one: a resumed run goes back to its checkpoint's step (a curve through that jump would fold
+    back on itself), and a requeued one waited in the queue (a line over that gap would invent data).
+    A range ends where the step does not grow, and where the time passes a `restarts` line's time."""
     if not lines:
         return []
     steps = column(lines, "step")
     with np.errstate(all="ignore"):
-        breaks = (np.nonzero(np.diff(steps) <= 0)[0] + 1).tolist()
-    bounds = [0, *breaks, len(lines)]
+        cut = np.diff(steps) <= 0
+        times = column(lines, "time")
+        for moment in column(restarts[:MAX_RESTARTS], "time"):
+            cut |= (times[:-1] < moment) & (times[1:] >= moment)
+    bounds = [0, *(np.nonzero(cut)[0] + 1).tolist(), len(lines)]
     return list(itertools.pairwise(bounds))
 
 

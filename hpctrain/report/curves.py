@@ -28,32 +28,25 @@ def _span(series: RunSeries, start: float | None) -> float:
 
 
 def _curve(
-    axis: Any, lines: list, name: str, on: str, start: float | None, divisor: float, style: dict
-) -> bool:  # type: ignore[type-arg]
-    """`name` of the lines, one line per segment between restarts (one colour, one legend label)."""
+    axis: Any, series: RunSeries, which: str, name: str, on: str, start: float | None, divisor: float
+) -> bool:
+    """`name` of the run's train or eval lines (`which`), one line per segment between restarts (one
+    colour, one legend label)."""
+    lines = series.train if which == "train" else series.evals
+    style: dict[str, Any] = (
+        {"color": "tab:blue", "linewidth": 1.2}
+        if which == "train"
+        else {"color": "tab:red", "marker": "o", "markersize": 4, "linewidth": 1}
+    )
     drawn = False
-    for first, end in segments(lines):
+    for first, end in segments(lines, series.restarts):
         part = lines[first:end]
         points = by_step(part, name) if on == "step" else by_time(part, name, start, divisor)
         if not points:
             continue
-        axis.plot(points.x, points.y, **{**style, "label": None if drawn else style["label"]})
+        axis.plot(points.x, points.y, label=None if drawn else f"{which} {name}", **style)
         drawn = True
     return drawn
-
-
-def _train_curve(
-    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
-) -> bool:
-    style = {"color": "tab:blue", "linewidth": 1.2, "label": f"train {name}"}
-    return _curve(axis, series.train, name, on, start, divisor, style)
-
-
-def _eval_points(
-    axis: Any, series: RunSeries, name: str, on: str, start: float | None, divisor: float
-) -> bool:
-    style = {"color": "tab:red", "marker": "o", "markersize": 4, "linewidth": 1, "label": f"eval {name}"}
-    return _curve(axis, series.evals, name, on, start, divisor, style)
 
 
 def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
@@ -68,14 +61,14 @@ def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
         fig, axes = plt.subplots(rows, 2, figsize=(11, 0.6 + 3.4 * rows), squeeze=False, layout="constrained")
         for col, on in enumerate(("step", "time")):
             axis = axes[0][col]
-            drawn = _train_curve(axis, series, "loss", on, start, divisor)
-            drawn = _eval_points(axis, series, "loss", on, start, divisor) or drawn
+            drawn = _curve(axis, series, "train", "loss", on, start, divisor)
+            drawn = _curve(axis, series, "eval", "loss", on, start, divisor) or drawn
             if not drawn:
                 empty_panel(axis, "no loss with a " + ("step" if on == "step" else "time"))
                 continue
             axis.set_ylabel("loss")
             if rows == 2:
-                _eval_points(axes[1][col], series, "accuracy", on, start, divisor)
+                _curve(axes[1][col], series, "eval", "accuracy", on, start, divisor)
                 axes[1][col].set_ylabel("eval accuracy")
             for panel in (axes[r][col] for r in range(rows)):
                 mark_events(panel, series, on, start, divisor)

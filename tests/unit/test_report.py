@@ -137,3 +137,14 @@ def test_report_imports_neither_torch_nor_does_any_other_verb_import_matplotlib(
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+def test_a_requeue_that_resumes_at_its_own_step_splits_the_curve_at_the_restart() -> None:
+    """A preemption checkpoints where it stops, so the steps keep growing: the time of the `resumed`
+    line is what ends the segment (no line is drawn across the wait in the queue)."""
+    from hpctrain.rundir import EventLine, TrainLine
+
+    train = [TrainLine(step=s, loss=1.0, time=t) for s, t in ((10, 1.0), (20, 2.0), (30, 90.0), (40, 91.0))]
+    assert segments(train, [EventLine(event="resumed", step=20, time=89.0)]) == [(0, 2), (2, 4)]
+    assert segments(train) == [(0, 4)]
+    assert segments(train, [EventLine(event="resumed", time=None)]) == [(0, 4)]
