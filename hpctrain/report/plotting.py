@@ -129,6 +129,16 @@ def mark_events(
         _vlines(axis, seconds(failed, start, divisor), ATTEMPT_ENDED, labelled)
 
 
+def figure_legend(fig: Any, axes: list[Any], columns: int = 4) -> None:
+    """One legend for the figure, below the panels (over them it would hide curves), each label once."""
+    seen: dict[str, Any] = {}
+    for axis in axes:
+        for handle, label in zip(*axis.get_legend_handles_labels(), strict=True):
+            seen.setdefault(label, handle)
+    if seen:
+        fig.legend(list(seen.values()), list(seen), loc="outside lower center", ncol=min(columns, len(seen)))
+
+
 def empty_panel(axis: Any, text: str) -> None:
     axis.text(0.5, 0.5, text, ha="center", va="center", transform=axis.transAxes, color="0.4")
     axis.set_xticks([])
