@@ -12,6 +12,7 @@ VERBS = {
     "status": "Show the state and progress of tracked jobs (one scheduler query per poll).",
     "logs": "Print a job's batch log or one rank's log.",
     "cancel": "Cancel jobs.",
+    "report": "Figures and a one-page summary of a run or sweep (loss, throughput, ranks, memory).",
     "sweep": "Submit a hyper-parameter sweep as job arrays; sweep status|cancel|report SWEEP.",
     "list": "Every job submitted through hpctrain, newest first.",
     "index": "Check or compact the index of runs (set aside unreadable lines, archive ended runs).",

@@ -28,6 +28,7 @@ from hpctrain.rundir.io import (
     numbered,
     read_json,
     tail_lines,
+    whole_lines,
     write_json,
 )
 from hpctrain.rundir.structs import (
@@ -364,5 +365,6 @@ __all__ = [
     "read_json",
     "tail_lines",
     "template_files",
+    "whole_lines",
     "write_json",
 ]

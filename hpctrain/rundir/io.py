@@ -225,3 +225,37 @@ def numbered(names: list[str], prefix: str, suffix: str = "") -> Iterator[tuple[
         middle = name[len(prefix) : len(name) - len(suffix)] if suffix else name[len(prefix) :]
         if name.startswith(prefix) and name.endswith(suffix) and middle.isascii() and middle.isdigit():
             yield int(middle), name
+
+
+READ_ALL_BYTES = 256 << 20
+READ_CHUNK = 4 << 20
+
+
+def whole_lines(path: Path | str, max_bytes: int = READ_ALL_BYTES) -> Iterator[bytes]:
+    """Every whole line of a file, read in bounded chunks; of a file over `max_bytes`, the lines of
+    its last `max_bytes`, as the file was when opened (a snapshot: what is appended meanwhile is not
+    read). A last line without its newline (a writer mid-append) is left out. Like the other readers
+    it never raises: a file that cannot be opened or read yields nothing (more)."""
+    opened = _open_regular(path)
+    if opened is None or isinstance(opened, str):
+        return
+    fd, size = opened
+    try:
+        offset = max(0, size - max_bytes)
+        carry = b""
+        skip_first = offset > 0  # the window starts inside a line
+        while offset < size:
+            try:
+                chunk = os.pread(fd, min(READ_CHUNK, size - offset), offset)
+            except OSError:
+                return
+            if not chunk:
+                return
+            offset += len(chunk)
+            pieces = (carry + chunk).split(b"\n")
+            carry = pieces.pop()[: MAX_LINE_BYTES + 1]  # a runaway line is unreadable anyway: keep its head
+            if skip_first and pieces:
+                pieces, skip_first = pieces[1:], False
+            yield from pieces
+    finally:
+        os.close(fd)

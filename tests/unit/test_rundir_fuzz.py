@@ -2,7 +2,8 @@
 
 Each example records one run in a fresh index, fills its run directory (and an array element's)
 with generated content, then runs `status`, `status --json`, `list` and `logs` in-process: exit
-code 0, 1 or 2, no traceback, each within 5 s.
+code 0, 1 or 2, no traceback, each within 5 s. `report` (figures of every line) gets the same files
+and lines that decode but hold extreme values; it must always write its page (exit 0).
 """
 
 from __future__ import annotations
@@ -11,10 +12,23 @@ import json
 import tempfile
 from pathlib import Path
 
+import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpctrain.rundir import FailureReport, Heartbeat, MemoryLine, Record, Result, TrainLine
+from hpctrain.rundir import (
+    AttemptLine,
+    EvalLine,
+    EventLine,
+    FailureReport,
+    Heartbeat,
+    MemoryLine,
+    RankTimesLine,
+    Record,
+    Result,
+    RunDir,
+    TrainLine,
+)
 from tests.unit.tracked_runs import cli, home_env, track
 
 JSON = st.recursive(
@@ -27,7 +41,7 @@ JSON = st.recursive(
 def wrong_shape(*structs: type) -> st.SearchStrategy[dict[str, object]]:
     """Objects with the structs' own field names (and `kind`) holding values of any JSON type."""
     names = sorted({"kind", *(name for s in structs for name in s.__struct_fields__)})
-    kinds = st.sampled_from(["train", "eval", "memory", "event", "other"]) | JSON
+    kinds = st.sampled_from(["train", "eval", "memory", "event", "ranks", "other"]) | JSON
     return st.dictionaries(st.sampled_from(names), JSON, max_size=8).flatmap(
         lambda d: kinds.map(lambda k: {**d, "kind": k}) if "kind" in d else st.just(d)
     )
@@ -63,10 +77,11 @@ SRUN = st.builds(
 
 FILES: dict[str, st.SearchStrategy[bytes]] = {
     "result.json": content(Result),
-    "metrics.jsonl": lines(TrainLine, MemoryLine),
+    "metrics.jsonl": lines(TrainLine, MemoryLine, RankTimesLine, EventLine),
     "failures/rank-0.json": content(FailureReport),
     "failures/0.json": content(FailureReport),
     "metrics/worker-0.jsonl": lines(TrainLine),
+    "attempts.jsonl": lines(AttemptLine),
     "exit-codes": st.binary(max_size=100) | st.just(b"999999 0\n"),
     "record.json": content(Record),
     "spec.json": encoded(st.fixed_dictionaries({"job": JSON, "site": JSON})) | st.binary(max_size=50),
@@ -105,17 +120,87 @@ def test_no_file_content_crashes_status_list_or_logs(
     with tempfile.TemporaryDirectory() as folder:
         home = Path(folder)
         with home_env(home):
-            run = track(home, "local-999999", state)
-            for name, data in files.items():
-                path = run.root / name
-                path.parent.mkdir(parents=True, exist_ok=True)
-                if name in directories:
-                    path.unlink(missing_ok=True)  # record.json exists already
-                    path.mkdir()
-                else:
-                    path.write_bytes(data)
+            fill(track(home, "local-999999", state), files, directories)
             for verb in VERBS:
                 outcome = cli(*verb)
                 assert outcome.code in (0, 1, 2), (verb, outcome)
                 assert "Traceback" not in outcome.stderr, (verb, outcome.stderr)
                 assert outcome.seconds < 5, (verb, outcome.seconds)
+
+
+def fill(run: RunDir, files: dict[str, bytes], directories: set[str]) -> None:
+    """Write the generated files into the run directory; those in `directories` become folders."""
+    for name, data in files.items():
+        path = run.root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if name in directories:
+            path.unlink(missing_ok=True)  # record.json exists already
+            path.mkdir()
+        else:
+            path.write_bytes(data)
+
+
+def report_ok(files: dict[str, bytes], directories: set[str], state: str) -> None:
+    """`hpctrain report` of the run: its page written (exit 0), one line per problem, no traceback."""
+    with tempfile.TemporaryDirectory() as folder:
+        home = Path(folder)
+        with home_env(home):
+            run = track(home, "local-999999", state)
+            fill(run, files, directories)
+            outcome = cli("report", "local-999999", "-o", str(home / "out"))
+            assert outcome.code == 0, outcome
+            assert "Traceback" not in outcome.stderr, outcome.stderr
+            assert (home / "out" / "report.md").is_file()
+
+
+REPORT_SETTINGS = settings(
+    max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]
+)
+
+
+@REPORT_SETTINGS
+@given(
+    files=st.fixed_dictionaries({}, optional=FILES),
+    directories=st.sets(st.sampled_from(sorted(FILES)), max_size=2),
+    state=STATES,
+)
+def test_no_file_content_crashes_report(files: dict[str, bytes], directories: set[str], state: str) -> None:
+    report_ok(files, directories, state)
+
+
+# Lines that decode (the right kinds and types) but hold what no run writes: huge and negative numbers,
+# ragged rank lists, out-of-range stragglers, text that is markup to matplotlib or Markdown.
+NUMBER = st.one_of(
+    st.floats(allow_nan=False, allow_infinity=False),
+    st.integers(-(10**30), 10**30),
+    st.integers(10**300, 10**400),
+    st.none(),
+)
+INT = st.integers(-(2**63), 2**63) | st.integers(10**300, 10**400)
+TEXT = st.text(max_size=30) | st.sampled_from(["$x^2$", "$", "a|b`<script>", "\x00\n\x1b[31m", "_{x}"])
+RANKS = st.lists(st.floats(allow_nan=False) | st.integers(-5, 5), max_size=12)
+EXTREME = st.one_of(
+    st.builds(TrainLine, step=INT, loss=NUMBER, time=NUMBER, samples_per_s=NUMBER, step_time_s=NUMBER,
+              tokens_per_s=NUMBER, mfu=NUMBER, staleness_mean=NUMBER, worker=st.none() | INT),
+    st.builds(EvalLine, step=INT, loss=NUMBER, accuracy=NUMBER, time=NUMBER),
+    st.builds(EventLine, event=TEXT | st.sampled_from(["checkpoint", "resumed", "failed"]),
+              step=st.none() | INT, time=NUMBER, reason=st.none() | TEXT),
+    st.builds(MemoryLine, rank=INT, rank_bytes=st.dictionaries(TEXT, INT, max_size=4), peak_mem_mb=NUMBER),
+    st.builds(RankTimesLine, step=INT, time=NUMBER, compute_s=RANKS, wait_s=RANKS,
+              nodes=st.lists(TEXT, max_size=12), stragglers=st.lists(INT, max_size=4)),
+)  # fmt: skip
+
+
+def jsonl(lines: list[msgspec.Struct]) -> bytes:
+    return b"".join(msgspec.json.encode(line) + b"\n" for line in lines)
+
+
+@REPORT_SETTINGS
+@given(
+    metrics=st.lists(EXTREME, max_size=40).map(jsonl),
+    workers=st.lists(st.builds(TrainLine, step=INT, time=NUMBER, samples_per_s=NUMBER, compute_s=NUMBER,
+                               wait_s=NUMBER), max_size=10).map(jsonl),
+    state=STATES,
+)  # fmt: skip
+def test_lines_with_extreme_values_never_crash_report(metrics: bytes, workers: bytes, state: str) -> None:
+    report_ok({"metrics.jsonl": metrics, "metrics/worker-3.jsonl": workers}, set(), state)

@@ -1,0 +1,103 @@
+"""`hpctrain report` of a run whose metrics.jsonl has about 100,000 lines (the issue asks under 3 s).
+
+The run is made up (tests/unit/report_runs.py): train and per-rank (`ranks`) lines every interval,
+eval and checkpoint lines, a restart, memory lines, attempts.jsonl. Measured: the whole command as a
+fresh process (what a user waits for: Python start, imports, reading, drawing, writing), and in one
+process the parts of it (reading every line; drawing each figure; the summary page).
+
+    python benchmarks/bench_report.py [--lines 100000] [--ranks 8] [--runs 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.unit.report_runs import write_run  # noqa: E402
+
+# The floor: a process that imports matplotlib and saves five figures of the report's sizes, with one
+# short line each. What no report with five PNGs can beat on this machine.
+FLOOR = (
+    "import sys, matplotlib; matplotlib.use('Agg'); import matplotlib.pyplot as plt\n"
+    "for n, size in enumerate([(11, 7.4), (10.4, 4), (11, 4.8), (11, 3.8), (15, 4.4)]):\n"
+    "    fig, axes = plt.subplots(1, 2, figsize=size, layout='constrained'); axes[0].plot([0, 1], [1, 0])\n"
+    "    fig.savefig(f'{sys.argv[1]}/floor-{n}.png', dpi=100); plt.close(fig)\n"
+)
+LINES_PER_INTERVAL = 2.15  # train + ranks every interval, eval every 10th, checkpoint every 20th
+
+
+def timed_process(argv: list[str]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds user+system) of one whole process."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+
+
+def parts(root: Path, out: Path) -> dict[str, tuple[float, float]]:
+    """(wall, CPU) seconds of each part of one report, in this process (matplotlib imported first)."""
+    from hpctrain.report import build
+    from hpctrain.report.plotting import pyplot
+    from hpctrain.report.series import read_run
+    from hpctrain.rundir import RunDir
+
+    pyplot()
+    times: dict[str, tuple[float, float]] = {}
+    start, cpu = time.perf_counter(), time.process_time()
+    series = read_run(RunDir(root))
+    times["read every line"] = (time.perf_counter() - start, time.process_time() - cpu)
+    for stem, _, draw, _ in build._run_figures():
+        start, cpu = time.perf_counter(), time.process_time()
+        draw(series, out / f"report-{stem}.png", "bench")
+        times[f"figure {stem}"] = (time.perf_counter() - start, time.process_time() - cpu)
+    return times
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lines", type=int, default=100_000)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--runs", type=int, default=5)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        root = Path(folder) / "run"
+        run = write_run(root, intervals=int(args.lines / LINES_PER_INTERVAL), ranks=args.ranks)
+        lines = run.metrics.read_bytes().count(b"\n")
+        size_mb = run.metrics.stat().st_size / 1e6
+        command = [sys.executable, "-m", "hpctrain.cli.main", "report", str(root), "-o", f"{folder}/out"]
+        timed_process(command)  # warm the page cache and the bytecode
+        walls, cpus = _split([timed_process(command) for _ in range(args.runs)])
+        split = parts(root, Path(folder) / "parts")
+        floors = sorted(timed_process([sys.executable, "-c", FLOOR, folder]) for _ in range(args.runs))
+    print(
+        f"metrics.jsonl: {lines:,} lines, {size_mb:.1f} MB, {args.ranks} ranks; load {os.getloadavg()[0]:.2f}"
+    )
+    print(f"{'what':<30} {'wall s (median, min)':>21} {'CPU s (median, min)':>21}")
+    for name, (wall, cpu) in (
+        ("hpctrain report (a process)", (walls, cpus)),
+        ("floor: 5 empty PNGs", _split(floors)),
+    ):
+        middle = f"{statistics.median(wall):>12.2f} {wall[0]:>8.2f}"
+        print(f"{name:<30} {middle} {statistics.median(cpu):>12.2f} {cpu[0]:>8.2f}")
+    for name, (wall, cpu) in split.items():
+        print(f"{'  ' + name:<30} {wall:>12.2f} {'':>8} {cpu:>12.2f}")
+
+
+def _split(measured: list[tuple[float, float]]) -> tuple[list[float], list[float]]:
+    return sorted(w for w, _ in measured), sorted(c for _, c in measured)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""A report from start to end: read the run(s), draw each figure that has data, write the summary page."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpctrain.report import summary
+from hpctrain.report.series import RunSeries, read_run
+from hpctrain.report.summary import Page, Subject
+from hpctrain.rundir import RunDir
+
+SUMMARY = "report.md"
+Figure = Callable[[RunSeries, Path, str], "Path | None"]
+
+
+@dataclass
+class Written:
+    summary: Path
+    figures: list[Path] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def matplotlib_missing() -> str | None:
+    """Why no figure can be drawn (matplotlib not installed), or None."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return "matplotlib is not installed (pip install 'hpctrain[report]'): the summary has no figures"
+    return None
+
+
+def _can_draw(page: Page, notes: list[str]) -> bool:
+    """Whether matplotlib is there; if not, the page and the command's warnings say so."""
+    missing = matplotlib_missing()
+    if missing:
+        notes.append(missing)
+        page.missing.append(missing)
+    return missing is None
+
+
+def _run_figures() -> list[tuple[str, str, Figure, str]]:
+    """(file stem, heading, draw, why it may be absent), in page order; imported only when drawing."""
+    from hpctrain.report.curves import loss_figure, throughput_figure
+    from hpctrain.report.ps import ps_figure
+    from hpctrain.report.ranks import heatmap_figure, memory_figure
+
+    return [
+        ("loss", "Loss and evaluation", loss_figure, "no train or eval lines in metrics.jsonl yet"),
+        ("throughput", "Throughput", throughput_figure, "no throughput in the train lines yet"),
+        (
+            "ranks",
+            "Per-rank step time",
+            heatmap_figure,
+            "no per-rank times (`ranks` lines) in metrics.jsonl: the runtime that wrote it records none",
+        ),
+        (
+            "memory",
+            "Memory per rank",
+            memory_figure,
+            "no memory lines (written after the first optimizer step)",
+        ),
+        ("ps", "Parameter server", ps_figure, "not a parameter-server run"),
+    ]
+
+
+def _draw(
+    page: Page, out: Path, figures: list[tuple[str, str, Figure, str]], series: RunSeries
+) -> list[Path]:
+    drawn = []
+    for stem, heading, draw, absent in figures:
+        path = draw(series, out / f"report-{stem}.png", page.subject.title)
+        if path is None:
+            if stem != "ps" or series.workers:
+                page.missing.append(f"{heading}: {absent}")
+            continue
+        page.figures.append((heading, path.name))
+        drawn.append(path)
+    return drawn
+
+
+def report_run(run: RunDir, subject: Subject, out: Path) -> Written:
+    """Figures and report.md of one run directory into `out`."""
+    series = read_run(run)
+    result = run.read_result()
+    page = Page(subject)
+    page.rows = summary.run_rows(series, result) + summary.ps_rows(result)
+    notes: list[str] = []
+    figures = _draw(page, out, _run_figures(), series) if _can_draw(page, notes) else []
+    failures = run.read_failures()
+    page.sections = [
+        ("Timeline", summary.timeline(series)),
+        ("Failures", summary.failure_lines(failures)),
+    ]
+    page.problems = series.problems.lines()
+    if series.lines == 0:
+        page.problems.insert(0, "metrics.jsonl has no lines yet (or is absent)")
+    return Written(summary.write(page, out / SUMMARY), figures, notes)
+
+
+@dataclass
+class Trial:
+    label: str
+    run: RunDir
+    state: str = ""
+    metric: float | None = None
+    params: str = ""
+
+
+def report_trials(
+    trials: list[Trial],
+    subject: Subject,
+    out: Path,
+    best: str | None = None,
+    extra: Callable[[Path], Path] | None = None,
+    metric_name: str = "metric",
+) -> Written:
+    """One figure of every trial's curves (and `extra`, the sweep's own metric-per-parameter plot)."""
+    read = [(t.label, read_run(t.run)) for t in trials]
+    page = Page(subject)
+    notes: list[str] = []
+    figures: list[Path] = []
+    if _can_draw(page, notes):
+        from hpctrain.report.trials import trials_figure
+
+        path = trials_figure(read, out / "report-trials.png", subject.title, best)
+        if path is None:
+            page.missing.append("Trials: no trial has train or eval lines yet")
+        else:
+            page.figures.append(("Loss of every trial", path.name))
+            figures.append(path)
+        if extra is not None:
+            path = extra(out / "report-sweep.png")
+            page.figures.append((f"{metric_name} against each swept parameter", path.name))
+            figures.append(path)
+    rows = []
+    for trial, (_, series) in zip(trials, read, strict=True):
+        last = series.train[-1] if series.train else None
+        step = f"{last.step}/{last.steps or '?'}" if last else "-"
+        cells = [
+            summary.md(trial.label.split(":")[0], 40),
+            summary.md(trial.state, 20),
+            summary.number(trial.metric),
+        ]
+        cells += [step, summary.md(trial.params, 120)]
+        rows.append("| " + " | ".join(cells) + " |")
+        page.problems += [f"{trial.label}: {p}" for p in series.problems.lines()]
+    header = [
+        f"| trial | state | {summary.md(metric_name, 40)} | step | parameters |",
+        "|---|---|---|---|---|",
+    ]
+    page.sections = [("Trials", header + rows)]
+    return Written(summary.write(page, out / SUMMARY), figures, notes)

@@ -1,0 +1,106 @@
+"""Fields of many metrics lines as numpy columns for drawing (imported only when a figure is drawn).
+
+A column is float64 with NaN wherever a line lacks the field or holds something no axis can show
+(infinity, an integer of hundreds of digits). Building one is a list comprehension and one numpy
+conversion: a 100,000-line run costs milliseconds per curve, where a Python loop per value would
+cost seconds.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from hpctrain.report.series import finite
+
+# A curve of more points than this is thinned by a stride: the PNG has fewer pixels than that anyway.
+MAX_POINTS = 4000
+# Restarts that split curves (a run restarted more often than this is split at its first ones).
+MAX_RESTARTS = 1000
+
+
+def column(lines: list[Any], name: str) -> np.ndarray:
+    """`name` of each line as floats; NaN where it is absent or not a finite number."""
+    raw = [getattr(line, name, None) for line in lines]
+    try:
+        values = np.array(raw, dtype=float)
+    except (OverflowError, TypeError, ValueError):  # a huge integer, or a value of the wrong type
+        values = np.array([np.nan if (v := finite(x)) is None else v for x in raw], dtype=float)
+    if values.ndim != 1:  # lists where numbers belong: not a column
+        return np.full(len(lines), np.nan)
+    values[~np.isfinite(values)] = np.nan
+    return values
+
+
+@dataclass
+class Points:
+    """x and y of the lines where both are finite, thinned to at most MAX_POINTS."""
+
+    x: np.ndarray
+    y: np.ndarray
+
+    @classmethod
+    def of(cls, x: np.ndarray, y: np.ndarray) -> Points:
+        with np.errstate(all="ignore"):
+            keep = np.isfinite(x) & np.isfinite(y)
+        x, y = x[keep], y[keep]
+        stride = max(1, -(-len(x) // MAX_POINTS))
+        return cls(x[::stride], y[::stride])
+
+    def __bool__(self) -> bool:
+        return len(self.x) > 0
+
+
+def by_step(lines: list[Any], name: str) -> Points:
+    return Points.of(column(lines, "step"), column(lines, name))
+
+
+def seconds(lines: list[Any], start: float | None, divisor: float = 1.0) -> np.ndarray:
+    """Each line's time as seconds (or minutes, hours: `divisor`) since `start`; NaN without one."""
+    if start is None:
+        return np.full(len(lines), np.nan)
+    with np.errstate(all="ignore"):
+        return (column(lines, "time") - start) / divisor
+
+
+def by_time(lines: list[Any], name: str, start: float | None, divisor: float = 1.0) -> Points:
+    return Points.of(seconds(lines, start, divisor), column(lines, name))
+
+
+def segments(lines: list[Any], restarts: list[Any] = ()) -> list[tuple[int, int]]:  # type: ignore[assignment]
+    """Index ranges [first, end) of `lines` (train or eval) between restarts, so no curve is drawn
+    across one: a resumed run goes back to its checkpoint's step (a curve through that jump would fold
+    back on itself), and a requeued one waited in the queue (a line over that gap would invent data).
+    A range ends where the step does not grow, and where the time passes a `restarts` line's time."""
+    if not lines:
+        return []
+    steps = column(lines, "step")
+    with np.errstate(all="ignore"):
+        cut = np.diff(steps) <= 0
+        times = column(lines, "time")
+        for moment in column(restarts[:MAX_RESTARTS], "time"):
+            cut |= (times[:-1] < moment) & (times[1:] >= moment)
+    bounds = [0, *(np.nonzero(cut)[0] + 1).tolist(), len(lines)]
+    return list(itertools.pairwise(bounds))
+
+
+def rank_table(lists: list[list[float]], width: int) -> np.ndarray:
+    """Per-rank values of each interval as a (rank, interval) array, NaN where a line has no value."""
+    if lists and all(len(row) == width for row in lists):
+        try:
+            table = np.array(lists, dtype=float)
+        except (OverflowError, TypeError, ValueError):
+            table = None
+        if table is not None and table.shape == (len(lists), width):
+            table[~np.isfinite(table)] = np.nan
+            return table.T
+    table = np.full((len(lists), width), np.nan)
+    for col, row in enumerate(lists):
+        for rank, value in enumerate(row[:width]):
+            found = finite(value)
+            if found is not None:
+                table[col, rank] = found
+    return table.T

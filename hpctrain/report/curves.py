@@ -1,0 +1,120 @@
+"""Curves of one run: loss and evaluation metrics against step and wall time, and throughput."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from hpctrain.report.columns import by_step, by_time, column, segments
+from hpctrain.report.plotting import (
+    empty_panel,
+    figure_legend,
+    figure_style,
+    mark_events,
+    save,
+    time_scale,
+)
+from hpctrain.report.series import RunSeries, finite
+
+
+def _span(series: RunSeries, start: float | None) -> float:
+    if start is None:
+        return 0.0
+    last = [finite(g[-1].time) for g in (series.train, series.evals, series.events) if g]
+    found = [t - start for t in last if t is not None]
+    return max(found, default=0.0)
+
+
+def _curve(
+    axis: Any, series: RunSeries, which: str, name: str, on: str, start: float | None, divisor: float
+) -> bool:
+    """`name` of the run's train or eval lines (`which`), one line per segment between restarts (one
+    colour, one legend label)."""
+    lines = series.train if which == "train" else series.evals
+    style: dict[str, Any] = (
+        {"color": "tab:blue", "linewidth": 1.2}
+        if which == "train"
+        else {"color": "tab:red", "marker": "o", "markersize": 4, "linewidth": 1}
+    )
+    drawn = False
+    for first, end in segments(lines, series.restarts):
+        part = lines[first:end]
+        points = by_step(part, name) if on == "step" else by_time(part, name, start, divisor)
+        if not points:
+            continue
+        axis.plot(points.x, points.y, label=None if drawn else f"{which} {name}", **style)
+        drawn = True
+    return drawn
+
+
+def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
+    """Loss (train and eval) and eval accuracy, against step (left) and wall time (right)."""
+    has_accuracy = any(finite(e.accuracy) is not None for e in series.evals)
+    if not series.train and not series.evals:
+        return None
+    start = series.start_time
+    divisor, time_label = time_scale(_span(series, start))
+    rows = 2 if has_accuracy else 1
+    with figure_style() as plt:
+        fig, axes = plt.subplots(rows, 2, figsize=(11, 0.6 + 3.4 * rows), squeeze=False, layout="constrained")
+        for col, on in enumerate(("step", "time")):
+            axis = axes[0][col]
+            drawn = _curve(axis, series, "train", "loss", on, start, divisor)
+            drawn = _curve(axis, series, "eval", "loss", on, start, divisor) or drawn
+            if not drawn:
+                empty_panel(axis, "no loss with a " + ("step" if on == "step" else "time"))
+                continue
+            axis.set_ylabel("loss")
+            if rows == 2:
+                _curve(axes[1][col], series, "eval", "accuracy", on, start, divisor)
+                axes[1][col].set_ylabel("eval accuracy")
+            for panel in (axes[r][col] for r in range(rows)):
+                mark_events(panel, series, on, start, divisor)
+                panel.set_xlabel("step" if on == "step" else time_label)
+        figure_legend(fig, [axes[0][0], axes[0][1]])
+        fig.suptitle(f"{title}: loss and evaluation (restarts, checkpoints and failures marked)")
+        return save(fig, path)
+
+
+def _rate(series: RunSeries) -> tuple[str, str]:
+    """The throughput field to draw: tokens/s for a language model, else samples/s."""
+    if np.isfinite(column(series.train, "tokens_per_s")).any():
+        return "tokens_per_s", "tokens/s"
+    return "samples_per_s", "samples/s"
+
+
+def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
+    """Throughput against wall time, step time against step, and MFU when the GPU's peak is known."""
+    name, unit = _rate(series)
+    start = series.start_time
+    divisor, time_label = time_scale(_span(series, start))
+    rate = by_time(series.train, name, start, divisor)
+    step_time = by_step(series.train, "step_time_s")
+    mfu = by_step(series.train, "mfu")
+    panels = [p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU")) if p[0]]
+    if not panels:
+        return None
+    with figure_style() as plt:
+        fig, axes = plt.subplots(
+            1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, layout="constrained"
+        )
+        for axis, (points, what) in zip(axes[0], panels, strict=True):
+            xs, ys = points.x, points.y
+            if what == "rate":
+                axis.plot(xs, ys, color="tab:green", linewidth=1.2)
+                axis.set_xlabel(time_label)
+                axis.set_ylabel(unit)
+                axis.set_title(f"throughput ({unit}, whole job)")
+                mark_events(axis, series, "time", start, divisor)
+            else:
+                axis.plot(xs, ys, color="tab:green" if what == "MFU" else "tab:brown", linewidth=1.2)
+                axis.set_xlabel("step")
+                axis.set_ylabel("model FLOPs utilisation" if what == "MFU" else "seconds per step")
+                axis.set_title("MFU" if what == "MFU" else "step time (mean over each log interval)")
+                mark_events(axis, series, "step")
+            axis.set_ylim(bottom=0)
+        figure_legend(fig, list(axes[0]))
+        fig.suptitle(f"{title}: throughput")
+        return save(fig, path)
