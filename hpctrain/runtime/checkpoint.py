@@ -59,8 +59,23 @@ WRITE_THREADS = 4  # files per rank, written and checksummed in parallel
 SMALL_STATE_BYTES = 64 << 20  # below this a rank writes one file: threads cost more than they save
 
 
+COMPLETE_NAME = re.compile(r"^step-\d{8}$")  # step-N.tmp is being written, step-N.discarded deleted
+
+
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def discard(folder: Path) -> None:
+    """Delete a checkpoint folder so that a kill in the middle leaves no half-deleted "complete" one:
+    renamed out of the complete names first (atomic), then removed."""
+    doomed = folder.with_name(folder.name + ".discarded")
+    shutil.rmtree(doomed, ignore_errors=True)
+    try:
+        os.replace(folder, doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def rng_name(rank: int) -> str:
@@ -138,6 +153,18 @@ def verify(folder: Path) -> str | None:
     return None
 
 
+def expendable(complete: list[Path], keep: int, published: Path) -> list[Path]:
+    """What pruning deletes of ``complete`` (newest first) to keep ``keep`` checkpoints: all but the
+    one just published and the ``keep - 1`` newest others.
+
+    The one just published is the last verified checkpoint (its files were checksummed as they were
+    written), so it stays even when newer-named folders outrank it: a run that resumed behind a
+    corrupt newer checkpoint must not count that one among the ``keep``.
+    """
+    others = [p for p in complete if p != published]
+    return others[keep - 1 :]
+
+
 @dataclass
 class Pending:
     """A save whose files are being written in the background."""
@@ -188,7 +215,7 @@ class Checkpointer:
         """Finished checkpoint folders, newest first."""
         if not self.root.is_dir():
             return []
-        found = [p for p in self.root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")]
+        found = [p for p in self.root.glob("step-*") if p.is_dir() and COMPLETE_NAME.match(p.name)]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
     def save(
@@ -303,7 +330,7 @@ class Checkpointer:
     def _rename(self, step: int, tmp: Path, final: Path, summed: dict[str, dict[str, Any]]) -> None:
         """Rank 0: manifest, then the atomic rename that makes the checkpoint loadable, then pruning."""
         write_manifest(tmp, step, summed)
-        shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
+        discard(final)  # a re-save of the same step after a resume
         os.replace(tmp, final)
         self._prune(final)
 
@@ -350,21 +377,15 @@ class Checkpointer:
         )
 
     def _prune(self, published: Path) -> None:
-        """Keep ``keep`` checkpoints: the one just published (verified as written) and the newest others.
-
-        The one just published is never deleted, even when older-named folders outrank it (a run that
-        resumed past a corrupt newer checkpoint).
-        """
-        others = [p for p in self.complete() if p != published]
-        for old in others[self.keep - 1 :]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in expendable(self.complete(), self.keep, published):
+            discard(old)
 
     def clean_partial(self) -> None:
-        """Rank 0 on start: folders left by a save that was killed before its rename."""
+        """Rank 0 on start: folders left by a save killed before its rename, or a deletion killed midway."""
         if self.rank == 0 and self.root.is_dir():
-            for tmp in self.root.glob("step-*.tmp"):
-                log.warning("removing partial checkpoint %s", tmp)
-                shutil.rmtree(tmp, ignore_errors=True)
+            for partial in self.root.glob("step-*.*"):
+                log.warning("removing partial checkpoint %s", partial)
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _choose(self) -> Path | None:
         """Rank 0: the newest checkpoint that verifies; corrupt ones are reported and skipped."""
