@@ -195,3 +195,15 @@ def test_training_goes_on_with_fewer_ranks_and_matches_the_uninterrupted_run(
     model, expected_model = (torch.load(r / "final_model.pt") for r in (run, reference))
     for name, tensor in expected_model.items():
         torch.testing.assert_close(model[name], tensor, rtol=0, atol=PARAMETER_TOLERANCE, msg=name)
+
+
+def test_a_world_that_cannot_keep_the_global_batch_fails_with_one_line(tmp_path: Path) -> None:
+    run = job.write_run_dir(tmp_path, {**ELASTIC, "entrypoint": "hpctrain.examples.digits:build"}, 2, 2)
+    codes = job.run_local(run, 3, timeout=180)
+    assert all(code not in (0, None) for code in codes)
+    report = json.loads((run / "failures" / "rank-0.json").read_text())
+    assert report["error_type"] == "ElasticError"
+    assert report["message"] == (
+        "cannot keep the global batch of 32 on 3 data shards: "
+        "32 is not divisible by 3 x any accumulation of at least 2"
+    )
