@@ -6,7 +6,8 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
   a save under one layout loads under another);
 * ``trainer.pt`` (rank 0): step, data position, LR scheduler state;
 * ``rng-rank-N.pt`` (each rank): torch CPU/CUDA, python and numpy RNG states;
-* ``manifest.json`` (rank 0, written last): every file's size and CRC32 (each rank sums its own).
+* ``manifest.json`` (rank 0, written last): every file's size and CRC32 (each rank sums its own
+  and sends the sums to rank 0 over the checkpoint's process group).
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
@@ -15,7 +16,9 @@ is copied into host buffers that are allocated once and reused (``runtime/stagin
 files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
 killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every
 rank has written and checksummed its files, rank 0 publishes the checkpoint from its background
-thread; the next save (or ``wait()``) only confirms it with a barrier.
+thread; the next save (or ``wait()``) only confirms it with a barrier. The sums travel by a gather,
+not by files that rank 0 polls for: the publication follows the last rank at once, and a large
+job does not stat one file per rank many times a second on the shared filesystem.
 """
 
 from __future__ import annotations
@@ -53,10 +56,26 @@ MANIFEST = "manifest.json"
 TRAINER = "trainer.pt"
 EventFn = Callable[..., None]
 WRITE_THREADS = 4  # files per rank, written and checksummed in parallel
+SMALL_STATE_BYTES = 64 << 20  # below this a rank writes one file: threads cost more than they save
+
+
+COMPLETE_NAME = re.compile(r"^step-\d{8}$")  # step-N.tmp is being written, step-N.discarded deleted
 
 
 def step_name(step: int) -> str:
     return f"step-{step:08d}"
+
+
+def discard(folder: Path) -> None:
+    """Delete a checkpoint folder so that a kill in the middle leaves no half-deleted "complete" one:
+    renamed out of the complete names first (atomic), then removed."""
+    doomed = folder.with_name(folder.name + ".discarded")
+    shutil.rmtree(doomed, ignore_errors=True)
+    try:
+        os.replace(folder, doomed)
+    except FileNotFoundError:
+        return
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def rng_name(rank: int) -> str:
@@ -100,20 +119,12 @@ def owner(name: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-def bookkeeping(name: str) -> bool:
-    """The manifest and the ranks' checksum files: not part of the checkpoint itself."""
-    return name == MANIFEST or name.startswith(".sums-rank-")
-
-
-def write_manifest(folder: Path, step: int) -> None:
-    """Merge the ranks' checksums into the manifest; files nobody summed are summed here."""
-    files: dict[str, dict[str, Any]] = {}
-    for sums in sorted(folder.glob(".sums-rank-*.json")):
-        files.update(json.loads(sums.read_text()))
-        sums.unlink()
+def write_manifest(folder: Path, step: int, summed: dict[str, dict[str, Any]]) -> None:
+    """The manifest from the ranks' checksums (``summed``); files nobody summed are summed here."""
+    files = dict(summed)
     for path in sorted(folder.rglob("*")):
         name = str(path.relative_to(folder))
-        if path.is_file() and not bookkeeping(name) and name not in files:
+        if path.is_file() and name != MANIFEST and name not in files:
             files[name] = {"size": path.stat().st_size, "crc32": crc32(path)}
     target = folder / MANIFEST
     with open(target, "w", encoding="utf-8") as handle:
@@ -140,6 +151,18 @@ def verify(folder: Path) -> str | None:
         if crc32(path) != expected["crc32"]:
             return f"{name} fails its checksum"
     return None
+
+
+def expendable(complete: list[Path], keep: int, published: Path) -> list[Path]:
+    """What pruning deletes of ``complete`` (newest first) to keep ``keep`` checkpoints: all but the
+    one just published and the ``keep - 1`` newest others.
+
+    The one just published is the last verified checkpoint (its files were checksummed as they were
+    written), so it stays even when newer-named folders outrank it: a run that resumed behind a
+    corrupt newer checkpoint must not count that one among the ``keep``.
+    """
+    others = [p for p in complete if p != published]
+    return others[keep - 1 :]
 
 
 @dataclass
@@ -192,7 +215,7 @@ class Checkpointer:
         """Finished checkpoint folders, newest first."""
         if not self.root.is_dir():
             return []
-        found = [p for p in self.root.glob("step-*") if p.is_dir() and not p.name.endswith(".tmp")]
+        found = [p for p in self.root.glob("step-*") if p.is_dir() and COMPLETE_NAME.match(p.name)]
         return sorted(found, key=lambda p: p.name, reverse=True)
 
     def save(
@@ -226,7 +249,7 @@ class Checkpointer:
         kind = AsyncCheckpointerType.PROCESS if staging.shared else AsyncCheckpointerType.THREAD
         response = dcp.async_save(
             state,
-            storage_writer=FileSystemWriter(str(tmp), thread_count=WRITE_THREADS),
+            storage_writer=FileSystemWriter(str(tmp), thread_count=self._write_threads(staging)),
             process_group=self._group,
             async_checkpointer_type=kind,
             async_stager=staging,
@@ -246,6 +269,15 @@ class Checkpointer:
             self.wait()
             return time.perf_counter() - started
         return blocked
+
+    @staticmethod
+    def _write_threads(staging: HostStaging) -> int:
+        """One file per rank for a small state (the size of the previous save; a first save is small).
+
+        FileSystemWriter starts its threads at every save; on a small state that costs more than the
+        parallel writes save, and on a busy CPU each thread also waits for its turn.
+        """
+        return WRITE_THREADS if staging.staged_bytes >= SMALL_STATE_BYTES else 1
 
     def _staging_for(
         self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer
@@ -270,43 +302,35 @@ class Checkpointer:
     def _finish_write(
         self, upload: Any, step: int, tmp: Path, final: Path, own_done: threading.Event
     ) -> None:
-        """Background: wait for the files, checksum this rank's; rank 0 then publishes as soon as every
-        rank's sums are there, so a checkpoint is loadable long before the next save."""
+        """Background: wait for the files, checksum this rank's and gather the sums on rank 0, which
+        then publishes at once, so a checkpoint is loadable long before the next save. A peer that
+        dies before its sums arrive fails the gather: the folder stays ``.tmp``, never loaded."""
         try:
             upload.result()
             self._written_at = time.perf_counter()
-            self._checksum_own_files(tmp)
+            sums = self._checksum_own_files(tmp)
+            gathered: list[Any] | None = [None] * dist.get_world_size() if self.rank == 0 else None
+            dist.gather_object(sums, gathered, dst=0, group=self._group)
+            if gathered is not None:
+                self._rename(step, tmp, final, {name: s for part in gathered for name, s in part.items()})
+                self._published_at = time.perf_counter()
         except BaseException as error:  # reported on the main thread by wait()
             self._write_error = error
-            return
         finally:
             own_done.set()
-        if self.rank != 0:
-            return
-        try:
-            world = dist.get_world_size()
-            while not all((tmp / f".sums-rank-{rank}.json").exists() for rank in range(world)):
-                time.sleep(0.05)  # a dead peer never writes its sums: wait()'s barrier reports it
-            self._rename(step, tmp, final)
-            self._published_at = time.perf_counter()
-        except BaseException as error:
-            self._write_error = error
 
-    def _checksum_own_files(self, tmp: Path) -> None:
+    def _checksum_own_files(self, tmp: Path) -> dict[str, dict[str, Any]]:
         """Each rank checksums the files it wrote, in parallel with the others (zlib frees the GIL)."""
-        mine = [
-            p for p in tmp.iterdir() if p.is_file() and not bookkeeping(p.name) and owner(p.name) == self.rank
-        ]
+        mine = [p for p in tmp.iterdir() if p.is_file() and owner(p.name) == self.rank]
+        if len(mine) <= 1:
+            return {p.name: file_sum(p) for p in mine}
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
-            sums = dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
-        part = tmp / f".sums-rank-{self.rank}.part"
-        part.write_text(json.dumps(sums))
-        os.replace(part, tmp / f".sums-rank-{self.rank}.json")  # rank 0 never reads half a file
+            return dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
 
-    def _rename(self, step: int, tmp: Path, final: Path) -> None:
+    def _rename(self, step: int, tmp: Path, final: Path, summed: dict[str, dict[str, Any]]) -> None:
         """Rank 0: manifest, then the atomic rename that makes the checkpoint loadable, then pruning."""
-        write_manifest(tmp, step)
-        shutil.rmtree(final, ignore_errors=True)  # a re-save of the same step after a resume
+        write_manifest(tmp, step, summed)
+        discard(final)  # a re-save of the same step after a resume
         os.replace(tmp, final)
         self._prune(final)
 
@@ -317,7 +341,7 @@ class Checkpointer:
         pending, self._pending = self._pending, None
         pending.own_done.wait()
         if self._write_error is None:
-            dist.barrier()  # every rank's sums are in tmp (a dead peer times out here)
+            dist.barrier()  # every rank's sums reached rank 0 (a dead peer times out here)
             pending.writer.join()  # rank 0: the rename
         if self._write_error is not None:
             error, self._write_error = self._write_error, None
@@ -353,21 +377,15 @@ class Checkpointer:
         )
 
     def _prune(self, published: Path) -> None:
-        """Keep ``keep`` checkpoints: the one just published (verified as written) and the newest others.
-
-        The one just published is never deleted, even when older-named folders outrank it (a run that
-        resumed past a corrupt newer checkpoint).
-        """
-        others = [p for p in self.complete() if p != published]
-        for old in others[self.keep - 1 :]:
-            shutil.rmtree(old, ignore_errors=True)
+        for old in expendable(self.complete(), self.keep, published):
+            discard(old)
 
     def clean_partial(self) -> None:
-        """Rank 0 on start: folders left by a save that was killed before its rename."""
+        """Rank 0 on start: folders left by a save killed before its rename, or a deletion killed midway."""
         if self.rank == 0 and self.root.is_dir():
-            for tmp in self.root.glob("step-*.tmp"):
-                log.warning("removing partial checkpoint %s", tmp)
-                shutil.rmtree(tmp, ignore_errors=True)
+            for partial in self.root.glob("step-*.*"):
+                log.warning("removing partial checkpoint %s", partial)
+                shutil.rmtree(partial, ignore_errors=True)
 
     def _choose(self) -> Path | None:
         """Rank 0: the newest checkpoint that verifies; corrupt ones are reported and skipped."""

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, precision, signals
+from hpctrain.runtime import data, elastic, precision, signals
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
@@ -128,6 +128,9 @@ class Trainer:
     """One run of the job in this allocation (a requeued job makes a new Trainer that resumes)."""
 
     def __init__(self, resolved: Resolved, dist_info: DistInfo, run_dir: Path, signalled: threading.Event):
+        # The step may have fewer (or again all) ranks than planned: layout and accumulation follow.
+        self.replan = elastic.replan(resolved, dist_info.world_size)
+        resolved = self.replan.resolved
         self.resolved = resolved
         self.train = resolved.job.train
         self.dist = dist_info
@@ -173,6 +176,7 @@ class Trainer:
             signals.clear_stale(self.run_dir)
         dist.barrier()
         restored = self.checkpoints.load(self.strategy.model, self.optimizer)
+        self.replan.announce(self.metrics, restored)
         common = {
             "layout": layout_module(self.resolved),
             "world_size": self.dist.world_size,
