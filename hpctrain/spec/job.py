@@ -196,6 +196,13 @@ class Train(Base):
     ] = "none"
     compile: Annotated[bool, Meta(description="torch.compile the model.")] = False
     log_every: Annotated[int, Meta(ge=1, description="Steps between metrics lines.")] = 10
+    tensorboard: Annotated[
+        bool,
+        Meta(
+            description="Rank 0 also writes TensorBoard event files into the run directory's tensorboard/ "
+            "(one curve across requeues; needs the tensorboard package)."
+        ),
+    ] = True
     eval_every: Annotated[int, Meta(ge=0, description="Steps between evaluations; 0 = at the end.")] = 0
     checkpoint_every: Annotated[int, Meta(ge=0, description="Steps between checkpoints; 0 = end only.")] = 0
     keep_checkpoints: Annotated[int, Meta(ge=1, description="Checkpoints kept on disk.")] = 2
