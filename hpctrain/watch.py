@@ -20,6 +20,7 @@ from hpctrain.rundir import (
     FailureReport,
     MemoryLine,
     MetricLine,
+    RankTimesLine,
     Result,
     RunDir,
     SpecSummary,
@@ -53,6 +54,8 @@ class Progress(msgspec.Struct, omit_defaults=True):
     train: TrainLine | None = None
     eval: EvalLine | None = None
     event: EventLine | None = None
+    ranks: RankTimesLine | None = None
+    """The latest per-rank compute/wait times, with the stragglers the runtime flagged."""
     memory: dict[int, MemoryLine] = {}
     result: Result | None = None
     workers: dict[int, TrainLine] = {}
@@ -223,6 +226,8 @@ def _read_metrics(run_dir: RunDir, out: Progress) -> None:
             out.eval = out.eval or found
         elif isinstance(found, EventLine):
             out.event = out.event or found
+        elif isinstance(found, RankTimesLine):
+            out.ranks = out.ranks or found
     # Memory lines come once per rank after the first step, before the first train line.
     for at in range(len(head)):
         found = line(at) if lines[at].strip() else None
