@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import io
 import logging
+import subprocess
 import sys
 from pathlib import Path
 
@@ -11,9 +13,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from hpctrain.cli.log_merge import LogMerger
+from hpctrain.cli.progress_view import ProgressView, duration
+from hpctrain.records import Run
 from hpctrain.rundir import EvalLine, EventLine, RankTimesLine, RunDir, TrainLine
 from hpctrain.stragglers import SLOW_FRACTION, SLOW_INTERVALS, StragglerRule, describe, excess
-from hpctrain.watch import progress
+from hpctrain.watch import RunStatus, progress
 
 
 def test_a_rank_slow_three_intervals_in_a_row_is_flagged_once() -> None:
@@ -119,3 +124,86 @@ def test_without_the_package_one_warning_and_training_goes_on(
         assert open_log(tmp_path, 0, True, 0) is None
     (record,) = caplog.records
     assert "pip install tensorboard" in record.getMessage()
+
+
+# ---------------------------------------------------------------------------------------------
+# Progress in the terminal, and merged logs
+# ---------------------------------------------------------------------------------------------
+
+
+def _status(tmp_path: Path, state: str, *lines: TrainLine) -> RunStatus:
+    run = RunDir(tmp_path)
+    tmp_path.mkdir(exist_ok=True)
+    for line in lines:
+        run.append_metric(line)
+    record = Run(
+        run_id="r1",
+        job_id="42",
+        name="digits",
+        site="local",
+        backend="local",
+        run_dir=tmp_path,
+        submitted_at=0.0,
+        state=state,
+        state_at=0.0,
+    )
+    return RunStatus(record, None, progress(tmp_path))
+
+
+def test_plain_lines_show_steps_rate_eta_and_only_changes(tmp_path: Path) -> None:
+    out = io.StringIO()  # not a terminal: plain lines, whether or not rich is installed
+    view = ProgressView(out)
+    assert not view.fancy
+    view.update([_status(tmp_path / "a", "PENDING")])
+    view.update([_status(tmp_path / "a", "PENDING")])  # nothing moved: no line
+    running = _status(tmp_path / "b", "RUNNING", TrainLine(step=120, steps=300, step_time_s=0.5))
+    view.update([running])
+    view.update([running])
+    view.close()
+    lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == ["42 digits PENDING", "42 digits RUNNING step 120/300 (40%), 2 steps/s, ETA 1:30"]
+
+
+def test_eta_reads_in_hours_once_there_are_any() -> None:
+    assert (duration(5), duration(754), duration(10930)) == ("0:05", "12:34", "3:02:10")
+
+
+def test_the_cli_does_not_import_rich_to_start() -> None:
+    code = "import sys, hpctrain.cli.main as m, hpctrain.cli.status_cmd, hpctrain.cli.progress_view;"
+    code += "print('rich' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"
+
+
+def _write_log(folder: Path, rank: int, node: str, lines: list[str], tail: str = "") -> None:
+    path = RunDir(folder).rank_log(rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = "".join(f"2026-12-03 04:00:{s} [rank {rank}/2 {node}] INFO x: {m}\n" for s, m in lines)
+    path.write_text(text + tail)
+
+
+def test_merged_logs_interleave_by_time_and_keep_unstamped_lines_with_theirs(tmp_path: Path) -> None:
+    _write_log(tmp_path, 0, "node1", [("01,000", "a"), ("03,000", "c")], tail="Traceback\n  boom\n")
+    _write_log(tmp_path, 1, "node2", [("02,000", "b"), ("04,000", "d")], tail="no newline yet")
+    merger = LogMerger(RunDir(tmp_path))
+    got = [line.decode() for line in merger.drain()]
+    assert [line[:9] + line[-1] for line in got] == [
+        "[rank 0] a",
+        "[rank 1] b",
+        "[rank 0] c",
+        "[rank 0] k",  # the traceback stays after its rank's last stamped line
+        "[rank 0] m",
+        "[rank 1] d",
+    ]
+    with RunDir(tmp_path).rank_log(1).open("a") as handle:
+        handle.write("\n")
+    assert [line.decode() for line in merger.drain()] == ["[rank 1] no newline yet"]  # follow: new lines
+
+
+def test_merged_logs_filter_by_node_and_rank(tmp_path: Path) -> None:
+    _write_log(tmp_path, 0, "node1", [("01,000", "a")])
+    _write_log(tmp_path, 1, "node2", [("02,000", "b")])
+    (only,) = LogMerger(RunDir(tmp_path), node="node2").drain()
+    assert only.decode().startswith("[rank 1] ") and only.endswith(b"b")
+    assert list(LogMerger(RunDir(tmp_path), ranks=[0], node="node2").drain()) == []
+    assert list(LogMerger(RunDir(tmp_path / "none")).drain()) == []
