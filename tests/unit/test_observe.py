@@ -164,6 +164,16 @@ def test_plain_lines_show_steps_rate_eta_and_only_changes(tmp_path: Path) -> Non
     assert lines == ["42 digits PENDING", "42 digits RUNNING step 120/300 (40%), 2 steps/s, ETA 1:30"]
 
 
+def test_rich_bars_carry_the_same_text(tmp_path: Path) -> None:
+    pytest.importorskip("rich", reason="rich is optional (hpctrain[observe]); plain lines are tested above")
+    out = io.StringIO()
+    view = ProgressView(out, fancy=True)  # forced: a StringIO is no terminal
+    view.update([_status(tmp_path, "RUNNING", TrainLine(step=120, steps=300, step_time_s=0.5))])
+    view.close()
+    drawn = out.getvalue()
+    assert "42 digits" in drawn and "RUNNING step 120/300 (40%), 2 steps/s, ETA 1:30" in drawn
+
+
 def test_eta_reads_in_hours_once_there_are_any() -> None:
     assert (duration(5), duration(754), duration(10930)) == ("0:05", "12:34", "3:02:10")
 
