@@ -8,7 +8,6 @@ again), so every curve reads as one run whose steps never go back and never repe
 
 from __future__ import annotations
 
-import atexit
 import logging
 from pathlib import Path
 from typing import Any
@@ -28,8 +27,29 @@ TRAIN_SCALARS = {
     "step_time_s": "train/step_time_s",
 }
 EVAL_SCALARS = {"loss": "eval/loss", "accuracy": "eval/accuracy"}
-# Events after which the writer flushes: the process may be gone soon after (preemption, failure).
-FLUSH_EVENTS = frozenset({"checkpoint", "preempted", "done", "failed", "straggler"})
+# Events after which the writer flushes, and the last events of an attempt, after which it closes:
+# the runtime leaves through os._exit (no atexit handlers), so nothing may stay buffered then.
+FLUSH_EVENTS = frozenset({"checkpoint", "straggler"})
+FINAL_EVENTS = frozenset({"done", "preempted"})
+# Seconds between flushes otherwise: what a crash can lose (TensorBoard's default is 120).
+FLUSH_SECS = 30
+
+
+def final_event(line: MetricLine) -> bool:
+    """Whether this line is the last an attempt writes (a sink then closes)."""
+    return isinstance(line, EventLine) and line.event in FINAL_EVENTS
+
+
+def scalars(line: MetricLine) -> tuple[int, dict[str, float]]:
+    """The step of a metrics line and the curves it adds to, by tag (none for memory and event lines)."""
+    if isinstance(line, TrainLine | EvalLine):
+        tags = TRAIN_SCALARS if isinstance(line, TrainLine) else EVAL_SCALARS
+        values = {tag: value for field, tag in tags.items() if (value := getattr(line, field)) is not None}
+        return line.step, values
+    if isinstance(line, RankTimesLine) and line.compute_s:
+        # How much slower the slowest rank computes than the median one: a straggler is a bump.
+        return line.step, {"ranks/slowest_over_median": max(excess(line.compute_s))}
+    return 0, {}
 
 
 class TensorBoardLog:
@@ -37,38 +57,29 @@ class TensorBoardLog:
 
     def __init__(self, writer: Any) -> None:
         self.writer = writer
-        self.broken = False
+        self.stopped = False
 
     def __call__(self, line: MetricLine) -> None:
-        if self.broken:
+        if self.stopped:
             return
         try:
             self._write(line)
         except Exception as error:  # a full disk must not end the training; metrics.jsonl goes on
-            self.broken = True
+            self.stopped = True
             log.warning("TensorBoard event files: %s; no more events are written", error)
 
     def _write(self, line: MetricLine) -> None:
-        if isinstance(line, TrainLine):
-            self._scalars(TRAIN_SCALARS, line, line.step)
-        elif isinstance(line, EvalLine):
-            self._scalars(EVAL_SCALARS, line, line.step)
+        step, values = scalars(line)
+        for tag, value in values.items():
+            self.writer.add_scalar(tag, value, step, walltime=line.time)
+        if final_event(line):
+            self.close()
+        elif isinstance(line, EvalLine) or (isinstance(line, EventLine) and line.event in FLUSH_EVENTS):
             self.writer.flush()
-        elif isinstance(line, RankTimesLine) and line.compute_s:
-            # How much slower the slowest rank computes than the median one: a straggler is a bump.
-            worst = max(excess(line.compute_s))
-            self.writer.add_scalar("ranks/slowest_over_median", worst, line.step, walltime=line.time)
-        elif isinstance(line, EventLine) and line.event in FLUSH_EVENTS:
-            self.writer.flush()
-
-    def _scalars(self, tags: dict[str, str], line: TrainLine | EvalLine, step: int) -> None:
-        for field, tag in tags.items():
-            value = getattr(line, field)
-            if value is not None:
-                self.writer.add_scalar(tag, value, step, walltime=line.time)
 
     def close(self) -> None:
-        if not self.broken:
+        if not self.stopped:
+            self.stopped = True  # closed: later lines are not written
             self.writer.close()
 
 
@@ -87,8 +98,5 @@ def open_log(run_dir: Path, rank: int, enabled: bool, resumed_step: int) -> Tens
         return None
     folder = RunDir(run_dir).tensorboard
     earlier = folder.is_dir() and any(folder.iterdir())
-    writer = SummaryWriter(str(folder), purge_step=resumed_step + 1 if earlier else None)
-    board = TensorBoardLog(writer)
-    # A preempted or failing rank 0 leaves through sys.exit: what is buffered is still written.
-    atexit.register(board.close)
-    return board
+    purge_step = resumed_step + 1 if earlier else None
+    return TensorBoardLog(SummaryWriter(str(folder), purge_step=purge_step, flush_secs=FLUSH_SECS))

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, precision, signals, tensorboard_log
+from hpctrain.runtime import data, precision, signals, tensorboard_log, wandb_log
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
@@ -185,11 +185,14 @@ class Trainer:
             "job_id": self.dist.job_id,
             "restart_count": self.dist.restart_count,
         }
-        board = tensorboard_log.open_log(
-            self.run_dir, self.rank, self.train.tensorboard, restored.step if restored else 0
-        )
-        if board is not None:
-            self.metrics.sinks.append(board)
+        for sink in (
+            tensorboard_log.open_log(
+                self.run_dir, self.rank, self.train.tensorboard, restored.step if restored else 0
+            ),
+            wandb_log.open_run(self.run_dir, self.rank, self.train),
+        ):
+            if sink is not None:
+                self.metrics.sinks.append(sink)
         if restored is None:
             self.metrics.event("start", step=0, **common)
             return
