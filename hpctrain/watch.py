@@ -46,6 +46,8 @@ MIN_INTERVAL_S = 5.0
 MAX_RANGE = 1024
 # Lines read back past the latest train line looking for the latest eval line.
 LOOK_BACK = 16
+# How a per-rank times line starts (msgspec writes the tag first).
+RANKS_LINE = b'{"kind":"ranks"'
 
 
 class Progress(msgspec.Struct, omit_defaults=True):
@@ -218,6 +220,8 @@ def _read_metrics(run_dir: RunDir, out: Progress) -> None:
         # An eval line is a few train lines back; a run without eval must not decode every line.
         if out.train and (out.eval or scanned_since_train >= LOOK_BACK):
             break
+        if out.ranks is not None and lines[at].startswith(RANKS_LINE):
+            continue  # one per log interval, up to tens of KiB: only the latest is decoded, or counted
         found = line(at) if lines[at].strip() else None
         scanned_since_train += out.train is not None
         if isinstance(found, TrainLine):
