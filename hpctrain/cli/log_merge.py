@@ -74,14 +74,15 @@ class LogMerger:
     def read(self, final: bool = False) -> list[bytes]:
         """The lines written since the last read, each `[rank N] line`, in time order.
 
-        With `final`, a last line without its newline is returned too (the job has ended)."""
+        With `final`, a last line without its newline is returned too once nothing more is read
+        after it (the job has ended)."""
         batch: list[tuple[bytes, int, bytes]] = []
         self.moved = False
         for rank, path in sorted(self._selected().items()):
             data = self._read_new(rank, path)
             lines = (self.partial.get(rank, b"") + data).split(b"\n")
             rest = lines.pop()
-            if final and rest:
+            if final and rest and not data:  # the log's end: its last line has no newline
                 lines.append(rest)
                 rest = b""
             self.partial[rank] = rest

@@ -228,3 +228,31 @@ def test_merged_logs_filter_by_node_and_rank(tmp_path: Path) -> None:
     assert only.decode().startswith("[rank 1] ") and only.endswith(b"b")
     assert list(LogMerger(RunDir(tmp_path), ranks=[0], node="node2").drain()) == []
     assert list(LogMerger(RunDir(tmp_path / "none")).drain()) == []
+
+
+@given(st.lists(st.binary(max_size=300), min_size=1, max_size=3), st.integers(1, 64))
+def test_merged_logs_lose_and_add_nothing_whatever_the_bytes(logs: list[bytes], chunk: int) -> None:
+    """Hostile log content (no newlines, escapes, invalid UTF-8, fake timestamps), read in small
+    rounds as `-f` would: each rank's lines come out whole, once, in their own order."""
+    import tempfile
+
+    from hpctrain.cli import log_merge
+
+    with tempfile.TemporaryDirectory() as folder:
+        root = RunDir(folder)
+        root.logs.mkdir()
+        for rank, data in enumerate(logs):
+            root.rank_log(rank).write_bytes(data)
+        merger = LogMerger(root)
+        original = log_merge.CHUNK
+        log_merge.CHUNK = chunk
+        try:
+            got = list(merger.drain(final=True))
+        finally:
+            log_merge.CHUNK = original
+    for rank, data in enumerate(logs):
+        prefix = f"[rank {rank}] ".encode()
+        expected = data.split(b"\n")
+        if expected[-1] == b"":
+            expected.pop()
+        assert [line[len(prefix) :] for line in got if line.startswith(prefix)] == expected
