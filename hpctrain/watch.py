@@ -20,6 +20,7 @@ from hpctrain.rundir import (
     FailureReport,
     MemoryLine,
     MetricLine,
+    RankTimesLine,
     Result,
     RunDir,
     SpecSummary,
@@ -45,6 +46,8 @@ MIN_INTERVAL_S = 5.0
 MAX_RANGE = 1024
 # Lines read back past the latest train line looking for the latest eval line.
 LOOK_BACK = 16
+# How a per-rank times line starts (msgspec writes the tag first).
+RANKS_LINE = b'{"kind":"ranks"'
 
 
 class Progress(msgspec.Struct, omit_defaults=True):
@@ -53,6 +56,8 @@ class Progress(msgspec.Struct, omit_defaults=True):
     train: TrainLine | None = None
     eval: EvalLine | None = None
     event: EventLine | None = None
+    ranks: RankTimesLine | None = None
+    """The latest per-rank compute/wait times, with the stragglers the runtime flagged."""
     memory: dict[int, MemoryLine] = {}
     result: Result | None = None
     workers: dict[int, TrainLine] = {}
@@ -215,6 +220,8 @@ def _read_metrics(run_dir: RunDir, out: Progress) -> None:
         # An eval line is a few train lines back; a run without eval must not decode every line.
         if out.train and (out.eval or scanned_since_train >= LOOK_BACK):
             break
+        if out.ranks is not None and lines[at].startswith(RANKS_LINE):
+            continue  # one per log interval, up to tens of KiB: only the latest is decoded, or counted
         found = line(at) if lines[at].strip() else None
         scanned_since_train += out.train is not None
         if isinstance(found, TrainLine):
@@ -223,6 +230,8 @@ def _read_metrics(run_dir: RunDir, out: Progress) -> None:
             out.eval = out.eval or found
         elif isinstance(found, EventLine):
             out.event = out.event or found
+        elif isinstance(found, RankTimesLine):
+            out.ranks = out.ranks or found
     # Memory lines come once per rank after the first step, before the first train line.
     for at in range(len(head)):
         found = line(at) if lines[at].strip() else None

@@ -98,22 +98,28 @@ def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[
 def wait_for(
     runs: list[Run], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
 ) -> list[RunStatus]:
-    """Poll until every run has ended; print the table when something changed."""
+    """Poll until every run has ended, showing each job's progress (steps, rate, ETA); then the table."""
+    from hpctrain.cli.progress_view import ProgressView
     from hpctrain.watch import wait_until_done
 
-    last: list[tuple[str, str]] | None = None
+    view = None if quiet else ProgressView()
 
     def on_poll(statuses: list[RunStatus], done: bool) -> None:
-        nonlocal last
         release_requeued_runs(statuses)
-        seen = [(s.run.run_id, s.state + str(_step(s.progress))) for s in statuses]
-        if not quiet and (seen != last or done):
+        if view is None:
+            return
+        view.update(statuses)
+        if done:
+            view.close()
             print(time.strftime("%H:%M:%S"))
-            show(statuses, detail=detail and done)
+            show(statuses, detail=detail)
             sys.stdout.flush()
-        last = seen
 
-    return wait_until_done(runs, on_poll, interval)
+    try:
+        return wait_until_done(runs, on_poll, interval)
+    finally:
+        if view is not None:
+            view.close()
 
 
 def release_requeued_runs(statuses: list[RunStatus]) -> None:
@@ -126,10 +132,6 @@ def release_requeued_runs(statuses: list[RunStatus]) -> None:
         if status.info is not None and status.run.job_id and status.run.backend != "local":
             info = status.info
             release_requeued(RunDir(status.run.run_dir), status.run.job_id, info.state.value, info.reason)
-
-
-def _step(progress: Progress) -> int | None:
-    return progress.train.step if progress.train else None
 
 
 def as_dict(status: RunStatus) -> dict[str, Any]:
@@ -228,6 +230,8 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
             _show_problems(status, detail)
         elif _is_parameter_server(prog):
             _show_parameter_server(f"job {status.run.job_id}", prog)
+        else:
+            _show_stragglers(f"job {status.run.job_id}", prog)
 
 
 def _printable(text: str) -> str:
@@ -269,6 +273,14 @@ def _show_parameter_server(label: str, prog: Progress) -> None:
         print(f"    worker {number}: running, {_fmt(latest.samples_per_s, '.0f')} samples/s{loss}")
 
 
+def _show_stragglers(label: str, prog: Progress) -> None:
+    """`straggler: rank 3 on node2, +45%` for each rank the runtime flagged in its latest interval."""
+    from hpctrain.stragglers import describe
+
+    for line in describe(prog.ranks):
+        print(f"  {label}: {_printable(line)}")
+
+
 def _show_problems(status: RunStatus, detail: bool) -> None:
     from hpctrain.records import SUBMIT_FAILED
     from hpctrain.rundir import RunDir
@@ -303,6 +315,7 @@ def _show_run(
     restarts = run_summary(root)
     if restarts is not None and (restarts.restarts or restarts.excluded or restarts.last_outcome == "failed"):
         print(f"  {label}: {_printable(summary_line(restarts))}")
+    _show_stragglers(label, prog)
     for problem in prog.unreadable:
         print(f"  {label}: {_printable(problem.replace(str(root.root) + '/', ''))}")
     if failing is None:

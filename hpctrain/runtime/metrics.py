@@ -8,6 +8,7 @@ import socket
 import sys
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +39,8 @@ class Metrics:
         self.path = run.metrics if worker is None else run.worker_metrics(worker)
         self.rank = rank
         self.enabled = rank == 0 or worker is not None
+        # Also given every line written (TensorBoard's event files, runtime/tensorboard_log.py).
+        self.sinks: list[Callable[[MetricLine], None]] = []
         if self.enabled and worker is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -50,6 +53,8 @@ class Metrics:
             line.time = round(time.time(), 3)
         # One write of one line per record: `status` may read while we append.
         append_line(self.path, line)
+        for sink in self.sinks:
+            sink(line)
 
     def event(self, event: str, **fields: Any) -> None:
         self.write("event", event=event, **fields)

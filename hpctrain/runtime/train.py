@@ -22,12 +22,13 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, elastic, precision, signals
+from hpctrain.runtime import data, elastic, precision, signals, tensorboard_log, wandb_log
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
+from hpctrain.runtime.stragglers import RankTimes
 from hpctrain.runtime.task import Batch, Task
 from hpctrain.spec import Resolved, Train
 
@@ -160,6 +161,10 @@ class Trainer:
         )
         self.checkpoints = Checkpointer(run_dir, self.rank, self.train.keep_checkpoints, self.metrics.event)
         self.preemption = signals.Preemption(run_dir, signalled, self.rank, self.strategy.device)
+        self.rank_times = RankTimes(
+            self.rank, dist_info.world_size, self.strategy.device, self.metrics.write, dist_info.hostname
+        )
+        self.rank_times.watch(self.strategy.parameters())
         self.step = 0
         self.position = data.Position()
         self.last_saved = -1
@@ -184,6 +189,14 @@ class Trainer:
             "job_id": self.dist.job_id,
             "restart_count": self.dist.restart_count,
         }
+        for sink in (
+            tensorboard_log.open_log(
+                self.run_dir, self.rank, self.train.tensorboard, restored.step if restored else 0
+            ),
+            wandb_log.open_run(self.run_dir, self.rank, self.train),
+        ):
+            if sink is not None:
+                self.metrics.sinks.append(sink)
         if restored is None:
             self.metrics.event("start", step=0, **common)
             return
@@ -211,13 +224,9 @@ class Trainer:
         self.optimizer.zero_grad(set_to_none=True)
         return lr
 
-    def _mean_over_ranks(self, value: torch.Tensor) -> float:
-        total = value.detach().float().reshape(1).clone()
-        dist.all_reduce(total, op=dist.ReduceOp.SUM)
-        return float(total.item()) / self.dist.world_size
-
     def _log_train(self, losses: list[torch.Tensor], lr: float, interval_s: float) -> None:
-        loss = self._mean_over_ranks(torch.stack(losses).mean())
+        # The one all-reduce of the interval also carries every rank's compute and wait seconds.
+        loss = self.rank_times.mean_with_loss(torch.stack(losses).mean())
         self.last_loss = loss
         steps = len(losses)
         step_time = interval_s / steps
@@ -238,6 +247,7 @@ class Trainer:
             if peak and self.task.flops_per_token:
                 line.mfu = round(tokens_per_s * self.task.flops_per_token / (peak * self.dist.world_size), 4)
         self.metrics.write(line)
+        self.rank_times.report(self.step)
         log.info(
             "step %d/%d loss %.4f lr %.3g %.1f samples/s",
             self.step,
@@ -301,7 +311,9 @@ class Trainer:
         )
         interval_start = last = time.perf_counter()
         while self.step < train.steps:
+            self.rank_times.step_started()
             losses.append(self.strategy.train_step(self._batch(), self.task.loss))
+            self.rank_times.step_synced()
             lr = self._optimizer_step()
             self.step += 1
             self.position = self.sampler.advance(self.position)

@@ -210,6 +210,20 @@ class Train(Base):
     ] = "none"
     compile: Annotated[bool, Meta(description="torch.compile the model.")] = False
     log_every: Annotated[int, Meta(ge=1, description="Steps between metrics lines.")] = 10
+    tensorboard: Annotated[
+        bool,
+        Meta(
+            description="Rank 0 also writes TensorBoard event files into the run directory's tensorboard/ "
+            "(one curve across requeues; needs the tensorboard package)."
+        ),
+    ] = True
+    wandb: Annotated[
+        str | None,
+        Meta(
+            description="W&B project rank 0 also logs to: one W&B run per hpctrain run (id = run id), "
+            "resumed after requeues and restarts (needs wandb; WANDB_MODE=offline works without a server)."
+        ),
+    ] = None
     eval_every: Annotated[int, Meta(ge=0, description="Steps between evaluations; 0 = at the end.")] = 0
     checkpoint_every: Annotated[int, Meta(ge=0, description="Steps between checkpoints; 0 = end only.")] = 0
     keep_checkpoints: Annotated[int, Meta(ge=1, description="Checkpoints kept on disk.")] = 2
