@@ -14,7 +14,7 @@ from pathlib import Path
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpctrain.rundir import FailureReport, Heartbeat, MemoryLine, Record, Result, TrainLine
+from hpctrain.rundir import FailureReport, HangReport, Heartbeat, MemoryLine, Record, Result, TrainLine
 from tests.unit.tracked_runs import cli, home_env, track
 
 JSON = st.recursive(
@@ -71,6 +71,9 @@ FILES: dict[str, st.SearchStrategy[bytes]] = {
     "record.json": content(Record),
     "spec.json": encoded(st.fixed_dictionaries({"job": JSON, "site": JSON})) | st.binary(max_size=50),
     "heartbeats/node-n1.json": content(Heartbeat),
+    "heartbeats/node-n2.json": content(Heartbeat),
+    "failures/hang.json": content(HangReport),
+    "failures/stacks/rank-0.txt": st.binary(max_size=200),
     "logs/batch.log": st.lists(SRUN | st.binary(max_size=80), max_size=6).map(b"\n".join),
     "logs/rank-0.log": st.binary(max_size=200),
     "array-0/metrics.jsonl": lines(TrainLine),
