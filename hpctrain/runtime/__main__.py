@@ -80,6 +80,7 @@ def main() -> int:
 def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signalled: threading.Event) -> int:
     if resolved.parallel.ps is None:  # before the torch import: startup is a phase the watchdog times
         heartbeat.start_rank(run_dir, info, resolved)
+    import torch
     import torch.distributed as dist
 
     if resolved.parallel.ps is not None:
@@ -90,7 +91,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     from hpctrain.runtime.train import Trainer
 
     timeout_s = hang_rule.collective_timeout_s(resolved.job.watchdog, resolved.job.train.timeout_s)
-    hang_rule.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved))
+    hang_rule.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved), torch.__version__)
     bootstrap.init_process_group(info, mesh.backend(resolved), timeout_s)
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",

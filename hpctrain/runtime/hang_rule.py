@@ -14,6 +14,7 @@ shifts the file age, which is bounded by the node-silence rule anyway.
 from __future__ import annotations
 
 import os
+import re
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -132,24 +133,33 @@ def collective_timeout_s(settings: Watchdog, train_timeout_s: int) -> int:
     return max(train_timeout_s, int(backstop + 0.999))
 
 
-def nccl_env(run: RunDir, timeout_s: int) -> dict[str, str]:
-    """NCCL's own error handling, flight recorder and dump on timeout (into failures/)."""
+def nccl_env(run: RunDir, timeout_s: int, flight_recorder_names: bool = True) -> dict[str, str]:
+    """NCCL's own error handling, flight recorder and dump on timeout (into failures/).
+
+    torch 2.7 renamed the flight recorder's variables TORCH_FR_* (the old TORCH_NCCL_* names still
+    work there, with a warning on every rank); `flight_recorder_names` picks the new ones."""
+    buffer, dump_file = (
+        ("TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE")
+        if flight_recorder_names
+        else ("TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE")
+    )
     return {
         # A collective that times out tears the process down instead of hanging in NCCL forever.
         "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
         # The flight recorder: the last collectives of each rank, dumped when one times out.
-        "TORCH_NCCL_TRACE_BUFFER_SIZE": str(NCCL_TRACE_ENTRIES),
+        buffer: str(NCCL_TRACE_ENTRIES),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE": str(run.failures / "nccl-trace-rank-"),
+        dump_file: str(run.failures / "nccl-trace-rank-"),
         # NCCL's own monitor thread kills a process whose watchdog thread is stuck: after ours.
         "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(timeout_s + int(ENDING_MARGIN_S)),
     }
 
 
-def apply_nccl_env(run_dir: Path, timeout_s: int, backend: str) -> None:
+def apply_nccl_env(run_dir: Path, timeout_s: int, backend: str, torch_version: str) -> None:
     """Set the NCCL variables the user (or the site) has not set; on NCCL, make room for the dumps."""
     run = RunDir(run_dir)
-    for key, value in nccl_env(run, timeout_s).items():
+    major_minor = tuple(int(p) for p in re.findall(r"\d+", torch_version)[:2])
+    for key, value in nccl_env(run, timeout_s, flight_recorder_names=major_minor >= (2, 7)).items():
         os.environ.setdefault(key, value)
     if backend == "nccl":
         run.failures.mkdir(parents=True, exist_ok=True)

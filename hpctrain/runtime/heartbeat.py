@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import faulthandler
 import fcntl
+import glob
+import hashlib
 import logging
 import math
 import mmap
@@ -74,10 +76,19 @@ def slot_dir() -> Path:
     return shm if shm.is_dir() and os.access(shm, os.W_OK) else Path(tempfile.gettempdir())
 
 
-def slot_path(job_id: str, attempt: int, node: str) -> Path:
-    """The node's slot file. Keyed by node too: on the local test cluster both nodes are one host."""
-    safe = "".join(c if c.isalnum() or c in "-_." else "_" for c in f"{job_id or 'nojob'}-{attempt}-{node}")
-    return slot_dir() / f"hpctrain-heartbeat-{safe}"
+def slot_path(run_dir: Path, job_id: str, attempt: int, node: str) -> Path:
+    """The node's slot file. Keyed by node too (on the local test cluster both nodes are one
+    host) and by the run directory (runs without a Slurm job id share a host too)."""
+    run_key = hashlib.sha1(os.fsencode(run_dir)).hexdigest()[:10]
+    key = f"{job_id or 'nojob'}-{attempt}-{node}-{run_key}"
+    return slot_dir() / f"hpctrain-heartbeat-{''.join(c if c.isalnum() or c in '-_.' else '_' for c in key)}"
+
+
+def remove_node_files(run_dir: Path, job_id: str, attempt: int, node: str) -> None:
+    """The node's slot file and its ranks' stack files, once the step has ended."""
+    slots = slot_path(run_dir, job_id, attempt, node)
+    for path in [slots, *slots.parent.glob(f"{glob.escape(slots.name)}.rank-*.stacks")]:
+        path.unlink(missing_ok=True)
 
 
 def stack_file(slots: Path, rank: int) -> Path:
@@ -211,7 +222,7 @@ class RankHeartbeat:
 
     def __init__(self, where: Where) -> None:
         self.where = where
-        self.path = slot_path(where.job_id, where.attempt, where.node)
+        self.path = slot_path(where.run_dir, where.job_id, where.attempt, where.node)
         self._fd, self._map = open_slot_file(self.path)
         self._offset = HEADER_SIZE + where.local_rank * SLOT_SIZE
         self._pid = os.getpid()
@@ -338,7 +349,7 @@ def start(
         beat = RankHeartbeat(where)
         beat.dump_stacks_on(stack_signal(preemption_signal))
     except OSError as error:
-        log.warning("no heartbeat (slot file %s): %s", slot_path(job_id, where.attempt, node), error)
+        log.warning("no heartbeat (slot file %s): %s", slot_path(run_dir, job_id, where.attempt, node), error)
         return None
     beat.start()
     _current = beat

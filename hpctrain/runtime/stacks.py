@@ -143,7 +143,7 @@ def ask_faulthandler(slots_file: Path, slot: Slot, signum: signal.Signals) -> tu
 
 def collect_node(run: RunDir, job_id: str, attempt: int, node: str, signum: signal.Signals) -> list[int]:
     """Write failures/stacks/rank-N.txt for every rank of `node` with a slot; returns their ranks."""
-    slots_file = slot_path(job_id, attempt, node)
+    slots_file = slot_path(run.root, job_id, attempt, node)
     slots = [s for s in read_slot_file(slots_file) if s.pid > 0]
     run.stacks.mkdir(parents=True, exist_ok=True)
     now = time.time()

@@ -146,7 +146,7 @@ def _collect(ctx: Context, node: str) -> None:
         command = [sys.executable, "-m", "hpctrain.runtime.watchdog", "--collect-node", node]
         if _srun_on(ctx, node, command, SRUN_TIMEOUT_S):
             return
-        if not heartbeat.slot_path(ctx.job_id, ctx.attempt, node).exists():
+        if not heartbeat.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
             say(f"no stacks from {node}: it did not answer within {SRUN_TIMEOUT_S:.0f} s")
             return
     stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, node, ctx.signum)
@@ -315,7 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--step-pid or --collect-node is required")
     if not ctx.settings.enabled:
         return 0
-    return watch(ctx, args.step_pid, poll_s=min(1.0, ctx.settings.heartbeat_interval))
+    # The batch script ends us with SIGTERM once the step is over: clean up on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        return watch(ctx, args.step_pid, poll_s=min(1.0, ctx.settings.heartbeat_interval))
+    finally:  # this node's slot files (other nodes' go with their /dev/shm, or stay: 16 KiB each)
+        for beat in this_attempt(ctx, ctx.run.read_heartbeats()):
+            heartbeat.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
 
 
 if __name__ == "__main__":

@@ -112,6 +112,12 @@ def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     (slot,) = heartbeat.read_slot_file(beat.path)
     assert slot.step == 11 and slot.step_s is not None and slot.step_s >= 0 and slot.step_since >= since
     assert beat.path.parent == slot_dir and "77-2-nodeA" in beat.path.name
+    other_run = RankHeartbeat(where(tmp_path / "other", rank=5, local_rank=1))
+    assert other_run.path != beat.path  # two runs on one host never share slots
+    heartbeat.stack_file(beat.path, 5).write_text("stacks")
+    heartbeat.remove_node_files(tmp_path, "77", 2, "nodeA")
+    assert not beat.path.exists() and not heartbeat.stack_file(beat.path, 5).exists()
+    assert other_run.path.exists()
 
 
 def test_one_writer_per_node_and_takeover_when_it_stops(slot_dir: Path, tmp_path: Path) -> None:

@@ -111,27 +111,39 @@ def test_the_collective_timeout_outlasts_every_fixed_allowance_and_bounds_the_jo
 
 def test_default_collective_timeout_and_nccl_settings(tmp_path: Path) -> None:
     assert hang_rule.collective_timeout_s(Watchdog(), 120) == 600 + 15 + 60
-    env = hang_rule.nccl_env(RunDir(tmp_path), 675)
-    assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
-    assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert int(env["TORCH_NCCL_TRACE_BUFFER_SIZE"]) > 0
-    assert env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"].startswith(str(tmp_path / "failures") + "/")
-    assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > 675
+    for new_names, buffer, dump_file in (
+        (True, "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"),
+        (False, "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
+    ):
+        env = hang_rule.nccl_env(RunDir(tmp_path), 675, flight_recorder_names=new_names)
+        assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
+        assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+        assert int(env[buffer]) > 0
+        assert env[dump_file].startswith(str(tmp_path / "failures") + "/")
+        assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > 675
+
+
+NCCL_KEYS = (
+    "TORCH_NCCL_DUMP_ON_TIMEOUT",
+    "TORCH_FR_BUFFER_SIZE",
+    "TORCH_FR_DUMP_TEMP_FILE",
+    "TORCH_NCCL_TRACE_BUFFER_SIZE",
+    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
+    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
+)
 
 
 def test_apply_nccl_env_keeps_what_the_user_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("TORCH_NCCL_TRACE_BUFFER_SIZE", "7")
-    for key in (
-        "TORCH_NCCL_DUMP_ON_TIMEOUT",
-        "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-        "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-    ):
+    for key in NCCL_KEYS:
         monkeypatch.delenv(key, raising=False)
-    hang_rule.apply_nccl_env(tmp_path, 100, "gloo")
-    assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "7"
+    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "7")
+    hang_rule.apply_nccl_env(tmp_path, 100, "gloo", "2.13.0+cpu")
+    assert os.environ["TORCH_FR_BUFFER_SIZE"] == "7"
     assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
+    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ  # the old name warns on new torch
     assert not (tmp_path / "failures").exists()  # only NCCL dumps there
-    hang_rule.apply_nccl_env(tmp_path, 100, "nccl")
+    hang_rule.apply_nccl_env(tmp_path, 100, "nccl", "2.4.1")
+    assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
     assert (tmp_path / "failures").is_dir()
 
 
