@@ -13,6 +13,7 @@ shifts the file age, which is bounded by the node-silence rule anyway.
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import statistics
@@ -130,7 +131,7 @@ def collective_timeout_s(settings: Watchdog, train_timeout_s: int) -> int:
         return train_timeout_s
     longest = max(settings.hang_timeout, settings.startup_timeout, settings.slow_phase_timeout)
     backstop = longest + node_silent_after(settings) + ENDING_MARGIN_S
-    return max(train_timeout_s, int(backstop + 0.999))
+    return max(train_timeout_s, math.ceil(backstop))
 
 
 def nccl_env(run: RunDir, timeout_s: int, flight_recorder_names: bool = True) -> dict[str, str]:

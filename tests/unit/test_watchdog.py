@@ -334,3 +334,58 @@ def test_the_watchdog_names_a_stopped_rank_collects_stacks_and_ends_the_step(tmp
             proc.wait()
         step.kill()
         step.wait()
+
+
+# -- ranks gone: a silent node ------------------------------------------------------------------
+
+
+def silent_node_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bool) -> tuple[dict, RunDir]:
+    """node1 fresh, node2 silent for 20 s; the probe of node2 answers or not. Returns what the
+    watchdog did (end_step's arguments) and the run directory."""
+    from hpctrain.runtime import watchdog
+
+    run = RunDir(tmp_path)
+    now = time.time()
+    waiting = RankBeat(step=51, phase="collective", time=now, step_since=now - 1, step_s=0.1, pid=1)
+    gone = RankBeat(step=50, phase="backward", time=now - 20, step_since=now - 25, step_s=0.1, pid=2)
+    run.write_heartbeat(Heartbeat(node="node1", time=now, attempt=0, step_id="0", ranks={0: waiting}))
+    run.write_heartbeat(Heartbeat(node="node2", time=now - 20, attempt=0, step_id="0", ranks={2: gone}))
+    did: dict = {}
+    monkeypatch.setattr(watchdog, "_srun_on", lambda ctx, node, command, timeout: answers)
+    monkeypatch.setattr(watchdog, "end_step", lambda ctx, pid, step_ids, ranks: did.update(step_ids=step_ids))
+    monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
+    monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.0)
+    ctx = watchdog.Context(
+        run=run,
+        settings=Watchdog(hang_timeout=10, heartbeat_interval=1),
+        attempt=0,
+        job_id="4242",
+        node="node1",
+        signum=signal.SIGUSR2,
+        started=now - 60,
+    )
+    step = subprocess.Popen(["sleep", "60"])
+    try:
+        assert watchdog.watch(ctx, step.pid, poll_s=0.1) == 0
+    finally:
+        step.kill()
+        step.wait()
+    return did, run
+
+
+def test_a_silent_node_that_does_not_answer_ends_the_step_without_a_hang_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    did, run = silent_node_run(tmp_path, monkeypatch, answers=False)
+    assert did == {"step_ids": {"0"}}
+    assert not run.hang_report.exists()  # a lost node, not a hang
+
+
+def test_a_silent_node_that_answers_is_a_hang_of_its_ranks(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    did, run = silent_node_run(tmp_path, monkeypatch, answers=True)
+    assert did == {"step_ids": {"0"}}
+    report = read_json(run.hang_report, HangReport)
+    assert isinstance(report, HangReport)
+    assert [(r.rank, r.node) for r in report.hung] == [(2, "node2")]
