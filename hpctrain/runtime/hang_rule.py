@@ -89,11 +89,21 @@ def median_step_s(samples: Iterable[float]) -> float | None:
     return statistics.median(usable) if usable else None
 
 
+def steady_allowance(settings: Watchdog, median_s: float | None) -> float:
+    return max(settings.hang_timeout, settings.step_time_factor * (median_s or 0.0))
+
+
+def not_running(settings: Watchdog, seen: Seen, median_s: float | None) -> bool:
+    """No tick for the whole steady allowance: STOPped or frozen. A shorter silence is not enough:
+    loading a big C library (torch's, at startup) holds the GIL for seconds on a loaded node."""
+    return seen.silent_s > steady_allowance(settings, median_s)
+
+
 def allowance(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None) -> float:
     """Seconds a step may last, for the whole job: the ranks wait for each other, so one rank
     that saves a checkpoint (or has not finished its first step) extends everyone's allowance."""
-    limit = max(settings.hang_timeout, settings.step_time_factor * (median_s or 0.0))
-    working = [r for r in ranks if r.responsive]
+    limit = steady_allowance(settings, median_s)
+    working = [r for r in ranks if not not_running(settings, r, median_s)]
     if any(r.phase in SLOW_PHASES for r in working):
         limit = max(limit, settings.slow_phase_timeout)
     if any(r.step_s is None for r in working):
@@ -102,14 +112,12 @@ def allowance(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None)
 
 
 def overdue(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None) -> list[Seen]:
-    """The ranks whose step has lasted longer than the allowance. A rank that has not ticked for
-    the whole steady allowance does no work (STOPped, frozen): it gets no startup or slow-phase
-    extension. A shorter silence is not enough: loading a big C library (torch's, at startup)
-    holds the GIL for seconds on a loaded node."""
+    """The ranks whose step has lasted longer than the allowance; a rank that does not run does
+    no work, so it gets no startup or slow-phase extension."""
     ranks = list(ranks)
     limit = allowance(settings, ranks, median_s)
-    steady = max(settings.hang_timeout, settings.step_time_factor * (median_s or 0.0))
-    return [r for r in ranks if r.idle_s > limit or (r.silent_s > steady and r.idle_s > steady)]
+    steady = steady_allowance(settings, median_s)
+    return [r for r in ranks if r.idle_s > (steady if not_running(settings, r, median_s) else limit)]
 
 
 def node_silent_after(settings: Watchdog) -> float:

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.cluster
 
 STOPPED_RANK = 2  # the first rank of node2: also its node's first heartbeat writer, which must be taken over
 HANG_FLOOR_S = 10
+HEARTBEAT_INTERVAL_S = 1
 DETECTION_TARGET_S = 60
 
 
@@ -49,7 +50,7 @@ def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(hpctr
         "train.eval_every=0",
         "train.log_every=100",
         f"watchdog.hang_timeout={HANG_FLOOR_S}",
-        "watchdog.heartbeat_interval=1",
+        f"watchdog.heartbeat_interval={HEARTBEAT_INTERVAL_S}",
         "restart.max=0",
     )
     job_id = entry["job_id"]

@@ -46,8 +46,9 @@ def test_a_running_rank_in_a_slow_phase_or_starting_extends_everyones_allowance(
     assert hang_rule.allowance(SETTINGS, [seen(0, phase="checkpoint"), seen(1)], 0.1) == 300
     assert hang_rule.allowance(SETTINGS, [seen(0, phase="eval"), seen(1)], 0.1) == 300
     assert hang_rule.allowance(SETTINGS, [seen(0, step_s=None), seen(1)], 0.1) == 600
-    # A stopped rank in a slow phase does no work: no extension.
-    assert hang_rule.allowance(SETTINGS, [seen(0, phase="checkpoint", silent=20), seen(1)], 0.1) == 30
+    # A rank that has not ticked for the steady allowance does no work: no extension.
+    assert hang_rule.allowance(SETTINGS, [seen(0, phase="checkpoint", silent=31), seen(1)], 0.1) == 30
+    assert hang_rule.allowance(SETTINGS, [seen(0, phase="checkpoint", silent=20), seen(1)], 0.1) == 300
 
 
 def test_overdue_names_ranks_past_the_allowance_and_stopped_ranks_get_no_startup_allowance() -> None:
@@ -55,9 +56,12 @@ def test_overdue_names_ranks_past_the_allowance_and_stopped_ranks_get_no_startup
     assert [r.rank for r in hang_rule.overdue(SETTINGS, ranks, 0.1)] == [0]
     starting = [seen(0, idle=100, step_s=None), seen(1, idle=100, step_s=None, silent=40)]
     assert [r.rank for r in hang_rule.overdue(SETTINGS, starting, None)] == [1]
-    # A few seconds without a tick (a C library loading under the GIL) is no hang at startup.
+    # Seconds without a tick (a C library loading under the GIL) is no hang at startup, even when
+    # the other ranks have started: the slow one still extends the allowance.
     loading = [seen(0, idle=100, step_s=None), seen(1, idle=100, step_s=None, silent=12)]
     assert hang_rule.overdue(SETTINGS, loading, None) == []
+    late_starter = [seen(0, idle=3), seen(1, idle=40, step_s=None, silent=8)]
+    assert hang_rule.overdue(SETTINGS, late_starter, 0.1) == []
     assert hang_rule.overdue(SETTINGS, [seen(0, idle=1000)], 200.0) == []  # 10 x 200 s steps
 
 
