@@ -112,6 +112,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     # called without an active exception") and turn a finished job into a FAILED one.
     heartbeat.mark("collective")
     dist.barrier()
+    heartbeat.finish()
     return 0
 
 

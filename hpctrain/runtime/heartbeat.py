@@ -315,6 +315,18 @@ class RankHeartbeat:
 _current: RankHeartbeat | None = None
 
 
+def finish() -> None:
+    """After training ended on every rank: stop ticking and remove this node's files (each rank
+    tries; the ranks still running keep their memory map, which outlives the name)."""
+    global _current
+    if _current is None:
+        return
+    _current.stop()
+    where = _current.where
+    remove_node_files(where.run_dir, where.job_id, where.attempt, where.node)
+    _current = None
+
+
 def mark(phase: str, step: int | None = None) -> None:
     """Record that this rank entered `phase` (a no-op when heartbeats are off)."""
     if _current is not None:

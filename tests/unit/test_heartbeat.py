@@ -164,6 +164,9 @@ def test_start_registers_faulthandler_on_a_signal_that_is_not_the_preemption_sig
         time.sleep(0.2)
         text = heartbeat.stack_file(started.path, 0).read_text()
         assert "test_heartbeat.py" in text
+        heartbeat.finish()
+        assert not started.path.exists() and heartbeat._current is None
+        heartbeat.mark("data", 5)  # a no-op once finished
     finally:
         if started is not None:
             started.stop()
