@@ -27,7 +27,7 @@ SETTINGS = Watchdog(hang_timeout=30, step_time_factor=10, startup_timeout=600, s
 
 def seen(
     rank: int, step: int = 100, phase: str = "backward", idle: float = 1.0, silent: float = 0.5, **kw: object
-):
+) -> Seen:
     values = {"node": f"node{rank // 2 + 1}", "step_s": 0.1, "pid": 1000 + rank, **kw}
     return Seen(rank=rank, step=step, phase=phase, idle_s=idle, silent_s=silent, **values)  # type: ignore[arg-type]
 
@@ -343,7 +343,9 @@ def test_the_watchdog_names_a_stopped_rank_collects_stacks_and_ends_the_step(tmp
 # -- ranks gone: a silent node ------------------------------------------------------------------
 
 
-def silent_node_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bool) -> tuple[dict, RunDir]:
+def silent_node_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bool
+) -> tuple[dict[str, object], RunDir]:
     """node1 fresh, node2 silent for 20 s; the probe of node2 answers or not. Returns what the
     watchdog did (end_step's arguments) and the run directory."""
     from hpctrain.runtime import watchdog
@@ -354,7 +356,7 @@ def silent_node_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, answers: bo
     gone = RankBeat(step=50, phase="backward", time=now - 20, step_since=now - 25, step_s=0.1, pid=2)
     run.write_heartbeat(Heartbeat(node="node1", time=now, attempt=0, step_id="0", ranks={0: waiting}))
     run.write_heartbeat(Heartbeat(node="node2", time=now - 20, attempt=0, step_id="0", ranks={2: gone}))
-    did: dict = {}
+    did: dict[str, object] = {}
     monkeypatch.setattr(watchdog, "_srun_on", lambda ctx, node, command, timeout: answers)
     monkeypatch.setattr(watchdog, "end_step", lambda ctx, pid, step_ids, ranks: did.update(step_ids=step_ids))
     monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
