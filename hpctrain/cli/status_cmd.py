@@ -209,8 +209,9 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
     print(table([row for s in statuses for row in summary_rows(s)], header))
     for status in statuses:
         prog, state = status.progress, status.state
-        for line in health.lines(status.run.run_dir, state):
-            print(f"  job {status.run.job_id}: {line}")
+        if detail or state in FAILURE_NAMES or state == health.RUNNING:  # not a file read per ended run
+            for line in health.lines(status.run.run_dir, state):
+                print(f"  job {status.run.job_id}: {line}")
         # Most of a thousand ended runs have nothing more to say than their row.
         if detail or status.elements or prog.unreadable or state in FAILURE_NAMES or state == SUBMIT_FAILED:
             _show_problems(status, detail)
