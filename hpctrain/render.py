@@ -239,6 +239,8 @@ def context(
         "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "files": template_files(),
         "preflight": preflight and not heterogeneous,
+        # Parameter-server steps write no heartbeats (a dead worker is not a hang there).
+        "watchdog": job.watchdog.enabled and ps is None,
     }
 
 

@@ -2,7 +2,7 @@
 # setup.sh - install hpctrain and what its tests need on a fresh Debian machine (root), idempotently.
 #
 #   scripts/setup.sh        Debian packages (shellcheck; Slurm comes with local-cluster.sh up),
-#                           then `pip install -e .[test]` with the CPU build of torch pinned.
+#                           then `pip install -e .[test,watchdog]` with the CPU build of torch pinned.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,9 +20,10 @@ fi
 if ! command -v hpctrain >/dev/null 2>&1 \
     || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, hypothesis, matplotlib, tensorboard, wandb, msgspec, yaml, jinja2" >/dev/null 2>&1 \
     || ! "$PYTHON" -m ruff --version >/dev/null 2>&1 \
+    || ! command -v py-spy >/dev/null 2>&1 \
     || ! "$PYTHON" -c "import setuptools.command.bdist_wheel" >/dev/null 2>&1; then
     "$PYTHON" -m pip install -q --disable-pip-version-check "$TORCH_PIN"
-    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test]" "$TORCH_PIN"
+    "$PYTHON" -m pip install -q --disable-pip-version-check -e ".[test,watchdog]" "$TORCH_PIN"
 fi
 # Byte-compile the package: with PYTHONDONTWRITEBYTECODE set, every CLI start would recompile it.
 "$PYTHON" -m compileall -q hpctrain >/dev/null

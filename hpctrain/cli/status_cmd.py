@@ -165,6 +165,10 @@ def as_dict(status: RunStatus) -> dict[str, Any]:
         data["restarts"] = msgspec.to_builtins(restarts)
     if run.state in FAILURE_NAMES:
         data["failed_tasks"] = msgspec.to_builtins(failed_tasks(run.run_dir))
+    from hpctrain import health
+
+    if watchdog_said := health.as_json(run.run_dir, run.state):
+        data["health"] = watchdog_said
     return data
 
 
@@ -219,12 +223,16 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
         print("No jobs tracked by hpctrain (submit one with `hpctrain submit`).")
         return
     header = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
+    from hpctrain import health
     from hpctrain.records import SUBMIT_FAILED
     from hpctrain.watch import FAILURE_NAMES
 
     print(table([row for s in statuses for row in summary_rows(s)], header))
     for status in statuses:
         prog, state = status.progress, status.state
+        if detail or state in FAILURE_NAMES or state == health.RUNNING:  # not a file read per ended run
+            for line in health.lines(status.run.run_dir, state):
+                print(f"  job {status.run.job_id}: {line}")
         # Most of a thousand ended runs have nothing more to say than their row.
         if detail or status.elements or prog.unreadable or state in FAILURE_NAMES or state == SUBMIT_FAILED:
             _show_problems(status, detail)

@@ -195,6 +195,10 @@ class RunDir:
     def stacks(self) -> Path:
         return self.failures / STACKS
 
+    def rank_stacks(self, rank: int) -> Path:
+        """The watchdog's dump of one rank's Python stacks (py-spy and faulthandler)."""
+        return self.stacks / f"rank-{rank}.txt"
+
     def _file(self, name: str) -> str:
         """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""
         return f"{self._root}/{name}"
@@ -283,7 +287,8 @@ class RunDir:
         """Up to `limit` failure reports (a thousand dead ranks tell no more than the first few)."""
         if FAILURES not in self.names:
             return []
-        names = [n for n in list_names(self.failures) if n.endswith(".json")][:limit]
+        # Only rank-N.json: hang.json and the NCCL dumps live there too.
+        names = [n for _, n in numbered(list_names(self.failures), "rank-", ".json")][:limit]
         found = [read_json(self.failures / n, FailureReport) for n in names]
         return [f for f in found if f is not None]
 

@@ -157,18 +157,32 @@ class FailureReport(msgspec.Struct, kw_only=True):
         return f"{self.error_type}: {self.message}" if self.error_type else self.message
 
 
-class RankBeat(msgspec.Struct):
+class RankBeat(msgspec.Struct, omit_defaults=True):
+    """One rank in its node's heartbeat; times are the node's wall clock (seconds since the epoch)."""
+
     step: int
     phase: str
     time: float
+    """The rank's last sign of life (its background thread ticks every second; a STOPped process stops)."""
+    phase_since: float | None = None
+    step_since: float | None = None
+    """When `step` began: a step that has not advanced for long is what the watchdog looks for."""
+    step_s: float | None = None
+    """How long the rank's previous step took (None before it finished one: startup)."""
+    pid: int | None = None
 
 
-class Heartbeat(msgspec.Struct, kw_only=True):
+class Heartbeat(msgspec.Struct, kw_only=True, omit_defaults=True):
     """heartbeats/node-<name>.json: the last sign of life of every rank on one node."""
 
     node: str
     time: float
     ranks: dict[int, RankBeat] = {}
+    attempt: int | None = None
+    step_id: str | None = None
+    """The Slurm step the ranks run in (what `scancel JOB.STEP` needs)."""
+    interval: float | None = None
+    """Seconds between writes of this file: older than a few intervals means the node is silent."""
 
 
 class RankState(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -179,6 +193,10 @@ class RankState(msgspec.Struct, kw_only=True, omit_defaults=True):
     step: int | None = None
     phase: str = ""
     idle_s: float | None = None
+    silent_s: float | None = None
+    """Seconds since the rank's last sign of life: a STOPped or frozen process stops ticking."""
+    waiting_in: str = ""
+    """What its stack shows it waiting in (all-reduce, barrier...), when it waits."""
 
 
 class HangReport(msgspec.Struct, kw_only=True, omit_defaults=True):
@@ -191,6 +209,7 @@ class HangReport(msgspec.Struct, kw_only=True, omit_defaults=True):
     waiting: list[RankState] = []
     timeout_s: float | None = None
     stacks: str | None = None
+    attempt: int | None = None
 
 
 class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -18,7 +18,7 @@ from pathlib import Path
 from hpctrain import spec
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
-from hpctrain.runtime import bootstrap, logs, mesh, signals
+from hpctrain.runtime import bootstrap, hang_rule, heartbeat, logs, mesh, signals
 
 log = logging.getLogger("hpctrain.runtime")
 
@@ -78,6 +78,9 @@ def main() -> int:
 
 
 def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signalled: threading.Event) -> int:
+    if resolved.parallel.ps is None:  # before the torch import: startup is a phase the watchdog times
+        heartbeat.start_rank(run_dir, info, resolved)
+    import torch
     import torch.distributed as dist
 
     if resolved.parallel.ps is not None:
@@ -87,7 +90,9 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         return 0
     from hpctrain.runtime.train import Trainer
 
-    bootstrap.init_process_group(info, mesh.backend(resolved), resolved.job.train.timeout_s)
+    timeout_s = hang_rule.collective_timeout_s(resolved.job.watchdog, resolved.job.train.timeout_s)
+    hang_rule.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved), torch.__version__)
+    bootstrap.init_process_group(info, mesh.backend(resolved), timeout_s)
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",
         info.rank,
@@ -112,7 +117,9 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     # Every rank's work is on disk once all pass this barrier. Process-group teardown is skipped on
     # purpose: gloo's and async checkpointing's threads can abort the interpreter's exit ("terminate
     # called without an active exception") and turn a finished job into a FAILED one.
+    heartbeat.mark("collective")
     dist.barrier()
+    heartbeat.finish()
     return 0
 
 

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, elastic, precision, signals, tensorboard_log, wandb_log
+from hpctrain.runtime import data, elastic, heartbeat, precision, signals, tensorboard_log, wandb_log
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
@@ -179,6 +179,7 @@ class Trainer:
         if self.rank == 0:
             self.checkpoints.clean_partial()
             signals.clear_stale(self.run_dir)
+        heartbeat.mark("collective")
         dist.barrier()
         restored = self.checkpoints.load(self.strategy.model, self.optimizer)
         self.replan.announce(self.metrics, restored)
@@ -272,6 +273,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         if self.task.eval_data is None:
             return {}
+        heartbeat.mark("eval")
         self.strategy.train_mode(False)
         per_rank = self.train.batch_size // self.strategy.data_world
         shard = data.eval_batches(
@@ -279,6 +281,7 @@ class Trainer:
         )
         sums = evaluation_sums(self.task, self.strategy.eval_forward, shard, self.strategy.device)
         self.strategy.train_mode(True)
+        heartbeat.mark("collective")
         dist.all_reduce(sums, op=dist.ReduceOp.SUM)
         result = evaluation_result(self.task, sums)
         self.metrics.write("eval", step=self.step, **{k: round(v, 6) for k, v in result.items()})
@@ -290,6 +293,7 @@ class Trainer:
         if self.last_saved == self.step:
             self.checkpoints.wait()
             return
+        heartbeat.mark("checkpoint")
         trainer_state = {
             "position": {"epoch": self.position.epoch, "offset": self.position.offset},
             "scheduler": self.scheduler.state_dict(),
@@ -311,9 +315,11 @@ class Trainer:
         )
         interval_start = last = time.perf_counter()
         while self.step < train.steps:
+            heartbeat.mark("data", self.step)
             self.rank_times.step_started()
             losses.append(self.strategy.train_step(self._batch(), self.task.loss))
             self.rank_times.step_synced()
+            heartbeat.mark("optimizer")
             lr = self._optimizer_step()
             self.step += 1
             self.position = self.sampler.advance(self.position)
@@ -326,6 +332,7 @@ class Trainer:
                 self.evaluate()
             if train.checkpoint_every and self.step % train.checkpoint_every == 0:
                 self.save(blocking=False)
+            heartbeat.mark("collective")
             stop = self.preemption.poll()
             # A step's time is the whole iteration: data, compute, logging, the preemption check.
             now = time.perf_counter()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import nn
 
+from hpctrain.runtime import heartbeat
 from hpctrain.runtime.task import Batch, Task
 
 if TYPE_CHECKING:
@@ -197,8 +198,10 @@ def accumulate(
     for index, (inputs, targets) in enumerate(microbatches):
         context = sync_context(index == count - 1) or contextlib.nullcontext()
         with context:
+            heartbeat.mark("forward")
             with autocast():
                 loss = loss_fn(model(inputs), targets)
+            heartbeat.mark("backward")
             (loss / count).backward()
         detached = loss.detach().float()
         total = detached if total is None else total + detached
