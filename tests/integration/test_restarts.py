@@ -22,6 +22,7 @@ import yaml
 from hpctrain.attempts import History
 from hpctrain.rundir import RunDir
 from tests.conftest import REPO, run_cli
+from tests.integration import faults
 from tests.integration.cluster import require_cluster, run_dir, scontrol_job, wait_state
 from tests.launcher import metrics, wait_for
 
@@ -138,60 +139,6 @@ def test_a_repeated_bug_is_not_retried(hpctrain_home: Path, tmp_path: Path) -> N
         subprocess.run(["scancel", job_id], check=False)
 
 
-def descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    out, todo = [], [pid]
-    while todo:
-        kids = children.get(todo.pop(), [])
-        out += kids
-        todo += kids
-    return out
-
-
-def environ_has(pid: int, needle: bytes) -> bool:
-    try:
-        return needle in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-
-
-def lose_node(node: str) -> None:
-    """A power loss of `node` on the one-host cluster: kill -9 its slurmd, then the slurmstepds
-    whose children run on it (SLURMD_NODENAME in their environment) and everything below them."""
-    slurmd = subprocess.run(
-        ["pgrep", "-f", f"slurmd -N {node}"], capture_output=True, text=True
-    ).stdout.split()
-    victims = [int(pid) for pid in slurmd]
-    for comm in Path("/proc").glob("[0-9]*/comm"):
-        try:
-            if comm.read_text().strip() != "slurmstepd":
-                continue
-        except OSError:
-            continue
-        stepd = int(comm.parent.name)
-        below = descendants(stepd)
-        if any(environ_has(pid, f"SLURMD_NODENAME={node}".encode()) for pid in below):
-            victims += [stepd, *below]
-    assert slurmd, f"no slurmd for {node}"
-    for pid in victims:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-
-
-def recover_cluster() -> None:
-    if subprocess.run(["pgrep", "-f", "slurmd -N node2"], capture_output=True).returncode != 0:
-        subprocess.run(["slurmd", "-N", "node2"], check=False)
-    subprocess.run([str(REPO / "scripts" / "local-cluster.sh"), "recover"], check=False, timeout=300)
-
-
 def events(run: Path, name: str) -> list[dict[str, Any]]:
     return [m for m in metrics(run) if m.get("kind") == "event" and m.get("event") == name]
 
@@ -213,7 +160,7 @@ def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, 
         assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
             run
         )
-        lose_node("node2")
+        faults.kill_node("node2")
         killed = time.monotonic()
         # Slurm notices at SlurmdTimeout and requeues (NODE_FAIL); each `hpctrain status` poll that
         # then sees it held (BeginTime) excludes node2, drops the pin and starts it at once.
@@ -239,7 +186,7 @@ def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, 
         same_weights(run_dir(reference), run)
     finally:
         subprocess.run(["scancel", job_id, reference["job_id"]], check=False)
-        recover_cluster()
+        faults.recover_nodes()
 
 
 def test_training_longer_than_the_time_limit_takes_three_allocations(
@@ -274,3 +221,51 @@ def test_training_longer_than_the_time_limit_takes_three_allocations(
         print(f"\nrequeue -> next attempt: {', '.join(f'{g:.0f} s' for g in gaps)}")
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+def test_lost_node_of_two_goes_on_on_the_other_without_the_queue(hpctrain_home: Path, tmp_path: Path) -> None:
+    """Issue 11 item 4: a 2 x 2 job loses node2 (not the batch host); the two ranks on node1 go on
+    in the same allocation from the last checkpoint, with twice the gradient accumulation."""
+    train = {"steps": 300, "checkpoint_every": 20, "eval_every": 0, "options": {"delay_s": 0.1}}
+    path = job_file(
+        tmp_path,
+        "restart-shrink",
+        train,
+        resources={"nodes": 2, "tasks_per_node": 2, "nodelist": ["node1", "node2"]},
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
+            run
+        )
+        assert "BatchHost=node1" in scontrol_job(job_id)
+        faults.kill_node("node2")
+        killed = time.time()
+        final = wait_state(job_id, set(), timeout=600)
+        assert final["state"] == "COMPLETED", logs(run)
+        history = History.read(RunDir(run))
+        assert {line.job_id for line in history.lines} == {job_id}, "went back to the queue"
+        assert ends(run) == [("node_failure", ["node2"]), ("completed", [])], ends(run)
+        starts = [line for line in history.lines if line.event == "start"]
+        assert [line.nodes for line in starts] == [["node1", "node2"], ["node1"]]
+        assert [line.world_size for line in starts] == [4, 2]
+        shrunk = events(run, "shrunk")
+        assert shrunk and shrunk[0]["world_size"] == 2 and shrunk[0]["detail"]["grad_accum"] == 2, shrunk
+        resumed = events(run, "resumed")
+        assert resumed and resumed[-1]["step"] >= 40, resumed
+        result = json.loads((run / "result.json").read_text())
+        assert result["step"] == 300 and result["world_size"] == 2, result
+        assert result["eval_accuracy"] >= 0.9, result
+        again = [
+            m["time"] for m in metrics(run) if m.get("kind") == "train" and m.get("time", 0) > starts[1].time
+        ]
+        print(
+            f"\nnode2 lost: step ended after {history.ends[0].time - killed:.0f} s, training again on node1 "
+            f"after {again[0] - killed:.0f} s (SlurmdTimeout 30 s)"
+        )
+        assert "node_failure node2" in status_text(job_id)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+        faults.recover_nodes()

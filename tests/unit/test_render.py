@@ -98,7 +98,7 @@ def test_directives_follow_the_spec(tmp_path: Path) -> None:
         "#SBATCH --signal=B:USR1@60",
         "#SBATCH --time=00:15:00",
         "#SBATCH --mem=2048M",
-        "srun --kill-on-bad-exit=1",
+        "srun --overlap --kill-on-bad-exit=1",
     ]:
         assert line in script, line
     assert f"#SBATCH --output={tmp_path}/run/logs/batch-%a.log" in script
