@@ -52,11 +52,13 @@ def scalars(line: MetricLine) -> tuple[int, dict[str, float]]:
     return 0, {}
 
 
-class TensorBoardLog:
-    """A sink for :class:`hpctrain.runtime.metrics.Metrics`: each line it is given becomes scalars."""
+class GuardedSink:
+    """A sink for :class:`hpctrain.runtime.metrics.Metrics` whose trouble never ends the training
+    (a full disk, no network): the first error stops it with one warning; metrics.jsonl goes on."""
 
-    def __init__(self, writer: Any) -> None:
-        self.writer = writer
+    label = "sink"
+
+    def __init__(self) -> None:
         self.stopped = False
 
     def __call__(self, line: MetricLine) -> None:
@@ -64,9 +66,22 @@ class TensorBoardLog:
             return
         try:
             self._write(line)
-        except Exception as error:  # a full disk must not end the training; metrics.jsonl goes on
+        except Exception as error:
             self.stopped = True
-            log.warning("TensorBoard event files: %s; no more events are written", error)
+            log.warning("%s: %s; nothing more is written there by this attempt", self.label, error)
+
+    def _write(self, line: MetricLine) -> None:
+        raise NotImplementedError
+
+
+class TensorBoardLog(GuardedSink):
+    """Each metrics line becomes TensorBoard scalars."""
+
+    label = "TensorBoard event files"
+
+    def __init__(self, writer: Any) -> None:
+        super().__init__()
+        self.writer = writer
 
     def _write(self, line: MetricLine) -> None:
         step, values = scalars(line)

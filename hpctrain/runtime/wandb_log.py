@@ -17,7 +17,7 @@ from typing import Any
 import msgspec
 
 from hpctrain.rundir import EventLine, MetricLine, Record, RunDir
-from hpctrain.runtime.tensorboard_log import final_event, scalars
+from hpctrain.runtime.tensorboard_log import GuardedSink, final_event, scalars
 from hpctrain.spec import Train
 
 log = logging.getLogger(__name__)
@@ -42,28 +42,24 @@ def _safe(name: str) -> str:
     return _UNSAFE.sub("-", name)[-MAX_ID:]
 
 
-class WandbLog:
-    """A metrics sink that logs scalars to one W&B run."""
+class WandbLog(GuardedSink):
+    """Each metrics line's scalars go to one W&B run."""
+
+    label = "W&B"
 
     def __init__(self, run: Any) -> None:
+        super().__init__()
         self.run = run
-        self.stopped = False
 
-    def __call__(self, line: MetricLine) -> None:
-        if self.stopped:
-            return
-        try:
-            step, values = scalars(line)
-            if values and step >= self.run.step:
-                self.run.log(values, step=step)
-            elif isinstance(line, EventLine) and line.event == "preempted":
-                self.run.mark_preempting()  # W&B shows the run as preempted, not crashed
-            if final_event(line):  # the runtime leaves through os._exit: W&B's atexit never runs
-                self.stopped = True
-                self.run.finish()
-        except Exception as error:  # W&B trouble must not end the training
+    def _write(self, line: MetricLine) -> None:
+        step, values = scalars(line)
+        if values and step >= self.run.step:
+            self.run.log(values, step=step)
+        elif isinstance(line, EventLine) and line.event == "preempted":
+            self.run.mark_preempting()  # W&B shows the run as preempted, not crashed
+        if final_event(line):  # the runtime leaves through os._exit: W&B's atexit never runs
             self.stopped = True
-            log.warning("W&B: %s; no more W&B logging for this attempt", error)
+            self.run.finish()
 
 
 def open_run(run_dir: Path, rank: int, train: Train) -> WandbLog | None:
