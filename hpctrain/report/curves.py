@@ -85,6 +85,14 @@ def _rate(series: RunSeries) -> tuple[str, str]:
     return "samples_per_s", "samples/s"
 
 
+# Panels against step: (y label, title, colour).
+STEP_PANELS = {
+    "step time": ("seconds per step", "step time (mean over each log interval)", "tab:brown"),
+    "MFU": ("model FLOPs utilisation", "MFU", "tab:green"),
+    "data": ("share of the time", "data-loader wait (rank 0: fetching batches)", "tab:purple"),
+}
+
+
 def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     """Throughput against wall time, step time against step, and MFU when the GPU's peak is known."""
     name, unit = _rate(series)
@@ -93,7 +101,10 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     rate = by_time(series.train, name, start, divisor)
     step_time = by_step(series.train, "step_time_s")
     mfu = by_step(series.train, "mfu")
-    panels = [p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU")) if p[0]]
+    data_share = by_step(series.train, "data_share")
+    panels = [
+        p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU"), (data_share, "data")) if p[0]
+    ]
     if not panels:
         return None
     with figure_style() as plt:
@@ -109,10 +120,11 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
                 axis.set_title(f"throughput ({unit}, whole job)")
                 mark_events(axis, series, "time", start, divisor)
             else:
-                axis.plot(xs, ys, color="tab:green" if what == "MFU" else "tab:brown", linewidth=1.2)
+                label, heading, color = STEP_PANELS[what]
+                axis.plot(xs, ys, color=color, linewidth=1.2)
                 axis.set_xlabel("step")
-                axis.set_ylabel("model FLOPs utilisation" if what == "MFU" else "seconds per step")
-                axis.set_title("MFU" if what == "MFU" else "step time (mean over each log interval)")
+                axis.set_ylabel(label)
+                axis.set_title(heading)
                 mark_events(axis, series, "step")
             axis.set_ylim(bottom=0)
         figure_legend(fig, list(axes[0]))

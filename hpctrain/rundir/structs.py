@@ -40,6 +40,8 @@ class TrainLine(_Line, tag="train"):
     version: int | None = None
     compute_s: float | None = None
     wait_s: float | None = None
+    data_share: float | None = None
+    """Share of the interval's time spent fetching batches (rank 0): a loader that cannot keep up."""
 
 
 class EvalLine(_Line, tag="eval"):

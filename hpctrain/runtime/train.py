@@ -170,6 +170,7 @@ class Trainer:
         self.last_saved = -1
         self.memory_pending = True
         self.step_times: list[float] = []
+        self.data_time = 0.0  # seconds fetching batches since the last metrics line
         self.last_loss: float | None = None
         self.last_eval: dict[str, float] = {}
 
@@ -240,7 +241,9 @@ class Trainer:
             samples_per_s=round(samples_per_s, 2),
             step_time_s=round(step_time, 5),
             peak_mem_mb=peak_mem_mb(self.strategy.device),
+            data_share=round(min(1.0, self.data_time / interval_s), 4) if interval_s > 0 else None,
         )
+        self.data_time = 0.0
         if self.task.tokens_per_sample:
             tokens_per_s = samples_per_s * self.task.tokens_per_sample
             line.tokens_per_s = round(tokens_per_s, 1)
@@ -317,7 +320,10 @@ class Trainer:
         while self.step < train.steps:
             heartbeat.mark("data", self.step)
             self.rank_times.step_started()
-            losses.append(self.strategy.train_step(self._batch(), self.task.loss))
+            fetch_start = time.perf_counter()
+            batch = self._batch()
+            self.data_time += time.perf_counter() - fetch_start
+            losses.append(self.strategy.train_step(batch, self.task.loss))
             self.rank_times.step_synced()
             heartbeat.mark("optimizer")
             lr = self._optimizer_step()

@@ -98,6 +98,7 @@ def write_run(
                 loss=loss,
                 samples_per_s=640 / (1 + rng.random() / 5),
                 step_time_s=0.2,
+                data_share=0.05 + 0.02 * rng.random(),
                 time=when,
             )
         )

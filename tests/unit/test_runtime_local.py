@@ -44,6 +44,8 @@ def test_two_rank_ddp_equals_one_process_with_the_same_global_batch(tmp_path: Pa
     train_line = next(m for m in lines if m["kind"] == "train")
     expected = {"step", "steps", "loss", "lr", "samples_per_s", "step_time_s", "peak_mem_mb", "time"}
     assert expected <= set(train_line)
+    # The data-loader wait share: a fraction of each interval, above zero (fetching takes time).
+    assert all(0 < m["data_share"] <= 1 for m in lines if m["kind"] == "train")
     assert job.events(ddp)[0] == "start" and job.events(ddp)[-1] == "done"
     assert (ddp / "logs" / "rank-1.log").read_text().count("step 60/60") == 1
     assert (ddp / "pids" / "rank-1").exists()
