@@ -189,6 +189,7 @@ def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, 
         faults.recover_nodes()
 
 
+@pytest.mark.timeout(1500)  # three allocations and their requeues on a shared, loaded machine
 def test_training_longer_than_the_time_limit_takes_three_allocations(
     hpctrain_home: Path, tmp_path: Path
 ) -> None:
