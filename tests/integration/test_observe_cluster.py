@@ -16,7 +16,7 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 
 from tests.conftest import REPO, run_cli
 from tests.integration.cluster import require_cluster, run_dir, status
-from tests.integration.test_runtime_cluster import SLOW, TERMINAL, finish, nodes_done_completing, show_logs
+from tests.integration.test_runtime_cluster import SLOW, TERMINAL, finish, show_logs
 
 pytestmark = pytest.mark.cluster
 
@@ -26,8 +26,14 @@ def _cluster() -> None:
     require_cluster()
 
 
+def nodes_done_completing() -> bool:
+    proc = subprocess.run(["sinfo", "-h", "-N", "-o", "%T"], capture_output=True, text=True, check=False)
+    return "comp" not in proc.stdout.lower()
+
+
 def _requeue_now(job_id: str) -> None:
-    """Let the requeued job start at once, once the old steps are gone (see test_runtime_cluster)."""
+    """Let a job requeued from outside (Slurm holds it ~120 s) start at once, once its old steps are
+    gone: a job released while its old steps are still torn down is killed by that teardown."""
     job.wait_state(job_id, {"PENDING"}, timeout=60)
     assert job.wait_for(nodes_done_completing, timeout=60)
     time.sleep(2)
@@ -57,7 +63,7 @@ def test_tensorboard_curves_stay_one_run_across_a_preemption_and_a_hard_requeue(
     assert job.wait_for(lambda: job.latest_step(run) >= 30, timeout=120), show_logs(run)
     subprocess.run(["scancel", "--signal=USR1", job_id], check=True)
     assert job.wait_for(lambda: "preempted" in job.events(run), timeout=60), show_logs(run)
-    _requeue_now(job_id)
+    # hpctrain's own requeue starts the job again by itself (no BeginTime hold to wait out).
     # Second attempt: wait until it has logged a step past a periodic checkpoint, then requeue hard.
     assert job.wait_for(lambda: len(_resumed(run)) == 1, timeout=job.QUEUE_TIMEOUT), show_logs(run)
     first_resume = _resumed(run)[0]
