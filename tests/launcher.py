@@ -86,6 +86,27 @@ def run(
     return wait_all(start(run_dir, world_size, env), timeout)
 
 
+def run_one_process(run_dir: Path, job: dict[str, Any], site: Path | None = None) -> list[dict[str, Any]]:
+    """Resolve `job` against the local site into `run_dir`, run the runtime as one plain process
+    (no launcher variables), and return its metrics lines; the process must exit 0."""
+    site = site or REPO / "site-configs" / "local.yaml"
+    run_dir.mkdir(parents=True)
+    (run_dir / "job.yaml").write_text(json.dumps(job))
+    resolved = spec.resolve(spec.load_job(run_dir / "job.yaml"), spec.load_site(site))
+    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE"))}
+    proc = subprocess.run(
+        [sys.executable, "-m", "hpctrain.runtime"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**env, "HPCTRAIN_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
 def log_text(run_dir: Path, rank: int) -> str:
     path = run_dir / "logs" / f"rank-{rank}.log"
     return path.read_text(errors="replace") if path.exists() else ""

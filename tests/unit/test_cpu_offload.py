@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,11 +10,11 @@ import msgspec
 import pytest
 import torch
 import torch.distributed as dist
-import yaml
 
 from hpctrain import spec
 from hpctrain.examples import gpt
-from tests.conftest import REPO, SITES
+from tests.conftest import SITES
+from tests.launcher import run_one_process
 
 
 def parallel(**fields: object) -> spec.Parallel:
@@ -93,22 +89,7 @@ def job(parallel_dims: dict[str, Any]) -> dict[str, Any]:
 
 
 def run(run_dir: Path, parallel_dims: dict[str, Any]) -> list[float]:
-    run_dir.mkdir()
-    (run_dir / "job.yaml").write_text(yaml.safe_dump(job(parallel_dims)))
-    resolved = spec.resolve(spec.load_job(run_dir / "job.yaml"), spec.load_site(SITES / "local.yaml"))
-    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "hpctrain.runtime"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**env, "HPCTRAIN_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    return [x["loss"] for x in lines if x.get("kind") == "train"]
+    return [x["loss"] for x in run_one_process(run_dir, job(parallel_dims)) if x.get("kind") == "train"]
 
 
 def test_the_runtime_trains_and_saves_with_cpu_offload_as_without(tmp_path: Path) -> None:

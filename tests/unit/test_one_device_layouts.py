@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-import yaml
 
-from hpctrain import spec
-from tests.conftest import REPO, SITES
+from tests.launcher import run_one_process
 
 
 def run_one(tmp_path: Path, parallel: str) -> tuple[str, list[float]]:
     run_dir = tmp_path / parallel
-    run_dir.mkdir()
     job = {
         "name": f"one-{parallel}",
         "resources": {"nodes": 1, "tasks_per_node": 1},
@@ -30,20 +23,7 @@ def run_one(tmp_path: Path, parallel: str) -> tuple[str, list[float]]:
             "options": {"size": "tiny"},
         },
     }
-    (run_dir / "job.yaml").write_text(yaml.safe_dump(job))
-    resolved = spec.resolve(spec.load_job(run_dir / "job.yaml"), spec.load_site(SITES / "local.yaml"))
-    (run_dir / "spec.json").write_bytes(spec.dumps(resolved))
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "RANK", "WORLD_SIZE"))}
-    proc = subprocess.run(
-        [sys.executable, "-m", "hpctrain.runtime"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        env={**env, "HPCTRAIN_RUN_DIR": str(run_dir), "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    lines = run_one_process(run_dir, job)
     start = next(x for x in lines if x.get("event") == "start")
     return start["layout"], [x["loss"] for x in lines if x.get("kind") == "train"]
 
