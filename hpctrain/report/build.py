@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from hpctrain.report import summary
+from hpctrain.report.parallel import Job, draw_all
 from hpctrain.report.series import RunSeries, read_run
 from hpctrain.report.summary import Page, Subject
 from hpctrain.rundir import RunDir
@@ -40,42 +43,62 @@ def _can_draw(page: Page, notes: list[str]) -> bool:
     return missing is None
 
 
-def _run_figures() -> list[tuple[str, str, Figure, str]]:
-    """(file stem, heading, draw, why it may be absent), in page order; imported only when drawing."""
+class RunFigure(NamedTuple):
+    stem: str
+    """The file: report-STEM.png."""
+    heading: str
+    draw: Figure
+    absent: str
+    """Why it may not be drawn."""
+    weight: float
+    """Its drawing time relative to the others' (measured on the 100,000-line run of bench_report.py)."""
+
+
+def _run_figures() -> list[RunFigure]:
+    """The figures of one run, in page order; imported only when drawing."""
     from hpctrain.report.curves import loss_figure, throughput_figure
     from hpctrain.report.ps import ps_figure
     from hpctrain.report.ranks import heatmap_figure, memory_figure
 
     return [
-        ("loss", "Loss and evaluation", loss_figure, "no train or eval lines in metrics.jsonl yet"),
-        ("throughput", "Throughput", throughput_figure, "no throughput in the train lines yet"),
-        (
+        RunFigure(
+            "loss", "Loss and evaluation", loss_figure, "no train or eval lines in metrics.jsonl yet", 3
+        ),
+        RunFigure("throughput", "Throughput", throughput_figure, "no throughput in the train lines yet", 2.5),
+        RunFigure(
             "ranks",
             "Per-rank step time",
             heatmap_figure,
             "no per-rank times (`ranks` lines) in metrics.jsonl: the runtime that wrote it records none",
+            3,
         ),
-        (
+        RunFigure(
             "memory",
             "Memory per rank",
             memory_figure,
             "no memory lines (written after the first optimizer step)",
+            1,
         ),
-        ("ps", "Parameter server", ps_figure, "not a parameter-server run"),
+        RunFigure("ps", "Parameter server", ps_figure, "not a parameter-server run", 1),
     ]
 
 
-def _draw(
-    page: Page, out: Path, figures: list[tuple[str, str, Figure, str]], series: RunSeries
-) -> list[Path]:
+def _draw(page: Page, out: Path, figures: list[RunFigure], series: RunSeries) -> list[Path]:
+    jobs = [
+        Job(
+            f.stem,
+            functools.partial(f.draw, series, out / f"report-{f.stem}.png", page.subject.title),
+            f.weight,
+        )
+        for f in figures
+    ]
     drawn = []
-    for stem, heading, draw, absent in figures:
-        path = draw(series, out / f"report-{stem}.png", page.subject.title)
+    for figure, path in zip(figures, draw_all(jobs), strict=True):
         if path is None:
-            if stem != "ps" or series.workers:
-                page.missing.append(f"{heading}: {absent}")
+            if figure.stem != "ps" or series.workers:
+                page.missing.append(f"{figure.heading}: {figure.absent}")
             continue
-        page.figures.append((heading, path.name))
+        page.figures.append((figure.heading, path.name))
         drawn.append(path)
     return drawn
 

@@ -16,7 +16,8 @@ import numpy as np
 
 from hpctrain.report.series import finite
 
-# A curve of more points than this is thinned by a stride: the PNG has fewer pixels than that anyway.
+# A curve of more points than this is thinned to the lowest and highest of each group of neighbours:
+# the PNG has fewer pixels than that anyway.
 MAX_POINTS = 4000
 # Restarts that split curves (a run restarted more often than this is split at its first ones).
 MAX_RESTARTS = 1000
@@ -47,11 +48,28 @@ class Points:
         with np.errstate(all="ignore"):
             keep = np.isfinite(x) & np.isfinite(y)
         x, y = x[keep], y[keep]
-        stride = max(1, -(-len(x) // MAX_POINTS))
-        return cls(x[::stride], y[::stride])
+        chosen = envelope(y, MAX_POINTS)
+        return cls(x[chosen], y[chosen]) if chosen is not None else cls(x, y)
 
     def __bool__(self) -> bool:
         return len(self.x) > 0
+
+
+def envelope(y: np.ndarray, limit: int) -> np.ndarray | None:
+    """Indices of at most about `limit` of `y`'s points that draw the same picture: the lowest and the
+    highest of each group of neighbours, in order (a one-interval spike stays visible, where a stride
+    would skip it); None when `y` is short enough to draw whole."""
+    size = len(y)
+    group = -(-2 * size // limit)
+    if group <= 2:
+        return None
+    whole = size - size % group
+    starts = np.arange(0, whole, group)
+    groups = y[:whole].reshape(-1, group)
+    chosen = np.concatenate(
+        (starts + groups.argmin(axis=1), starts + groups.argmax(axis=1), np.arange(whole, size))
+    )
+    return np.unique(chosen)  # sorted, and a group whose lowest is its highest drawn once
 
 
 def by_step(lines: list[Any], name: str) -> Points:
@@ -77,13 +95,18 @@ def segments(lines: list[Any], restarts: list[Any] = ()) -> list[tuple[int, int]
     A range ends where the step does not grow, and where the time passes a `restarts` line's time."""
     if not lines:
         return []
-    steps = column(lines, "step")
+    return split(column(lines, "step"), column(lines, "time"), column(restarts[:MAX_RESTARTS], "time"))
+
+
+def split(steps: np.ndarray, times: np.ndarray, restart_times: np.ndarray) -> list[tuple[int, int]]:
+    """`segments` of lines given as their step and time columns."""
+    if not len(steps):
+        return []
     with np.errstate(all="ignore"):
         cut = np.diff(steps) <= 0
-        times = column(lines, "time")
-        for moment in column(restarts[:MAX_RESTARTS], "time"):
+        for moment in restart_times[:MAX_RESTARTS]:
             cut |= (times[:-1] < moment) & (times[1:] >= moment)
-    bounds = [0, *(np.nonzero(cut)[0] + 1).tolist(), len(lines)]
+    bounds = [0, *(np.nonzero(cut)[0] + 1).tolist(), len(steps)]
     return list(itertools.pairwise(bounds))
 
 

@@ -7,15 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from hpctrain.report.columns import by_step, by_time, column, segments
-from hpctrain.report.plotting import (
-    empty_panel,
-    figure_legend,
-    figure_style,
-    mark_events,
-    save,
-    time_scale,
-)
+from hpctrain.report import plotting
+from hpctrain.report.columns import Points, column, split
+from hpctrain.report.plotting import Margins, empty_panel, mark_events, save, time_scale
 from hpctrain.report.series import RunSeries, finite
 
 
@@ -27,21 +21,37 @@ def _span(series: RunSeries, start: float | None) -> float:
     return max(found, default=0.0)
 
 
+def _xs(series: RunSeries, kind: str, on: str, start: float | None, divisor: float) -> np.ndarray:
+    """The x of every line of `kind`: its step (`on` "step"), or its wall time since `start`."""
+    if on == "step":
+        return series.column(kind, "step")
+    times = series.column(kind, "time")
+    if start is None:
+        return np.full_like(times, np.nan)
+    with np.errstate(all="ignore"):
+        return (times - start) / divisor
+
+
+def _points(series: RunSeries, kind: str, name: str, on: str, start: float | None, divisor: float) -> Points:
+    return Points.of(_xs(series, kind, on, start, divisor), series.column(kind, name))
+
+
 def _curve(
     axis: Any, series: RunSeries, which: str, name: str, on: str, start: float | None, divisor: float
 ) -> bool:
     """`name` of the run's train or eval lines (`which`), one line per segment between restarts (one
     colour, one legend label)."""
-    lines = series.train if which == "train" else series.evals
+    kind = "train" if which == "train" else "evals"
     style: dict[str, Any] = (
         {"color": "tab:blue", "linewidth": 1.2}
         if which == "train"
         else {"color": "tab:red", "marker": "o", "markersize": 4, "linewidth": 1}
     )
+    steps, times = series.column(kind, "step"), series.column(kind, "time")
+    xs, ys = _xs(series, kind, on, start, divisor), series.column(kind, name)
     drawn = False
-    for first, end in segments(lines, series.restarts):
-        part = lines[first:end]
-        points = by_step(part, name) if on == "step" else by_time(part, name, start, divisor)
+    for first, end in split(steps, times, column(series.restarts, "time")):
+        points = Points.of(xs[first:end], ys[first:end])
         if not points:
             continue
         axis.plot(points.x, points.y, label=None if drawn else f"{which} {name}", **style)
@@ -51,14 +61,14 @@ def _curve(
 
 def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     """Loss (train and eval) and eval accuracy, against step (left) and wall time (right)."""
-    has_accuracy = any(finite(e.accuracy) is not None for e in series.evals)
+    has_accuracy = np.isfinite(series.column("evals", "accuracy")).any()
     if not series.train and not series.evals:
         return None
     start = series.start_time
     divisor, time_label = time_scale(_span(series, start))
     rows = 2 if has_accuracy else 1
-    with figure_style() as plt:
-        fig, axes = plt.subplots(rows, 2, figsize=(11, 0.6 + 3.4 * rows), squeeze=False, layout="constrained")
+    with plotting.sheet(11, 0.6 + 3.4 * rows, rows, 2, Margins(top=0.45, hspace=0.5)) as sheet:
+        axes = sheet.axes
         for col, on in enumerate(("step", "time")):
             axis = axes[0][col]
             drawn = _curve(axis, series, "train", "loss", on, start, divisor)
@@ -73,14 +83,14 @@ def loss_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             for panel in (axes[r][col] for r in range(rows)):
                 mark_events(panel, series, on, start, divisor)
                 panel.set_xlabel("step" if on == "step" else time_label)
-        figure_legend(fig, [axes[0][0], axes[0][1]])
-        fig.suptitle(f"{title}: loss and evaluation (restarts, checkpoints and failures marked)")
-        return save(fig, path)
+        sheet.legend([axes[0][0], axes[0][1]])
+        sheet.fig.suptitle(f"{title}: loss and evaluation (restarts, checkpoints and failures marked)")
+        return save(sheet.fig, path)
 
 
 def _rate(series: RunSeries) -> tuple[str, str]:
     """The throughput field to draw: tokens/s for a language model, else samples/s."""
-    if np.isfinite(column(series.train, "tokens_per_s")).any():
+    if np.isfinite(series.column("train", "tokens_per_s")).any():
         return "tokens_per_s", "tokens/s"
     return "samples_per_s", "samples/s"
 
@@ -98,20 +108,18 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     name, unit = _rate(series)
     start = series.start_time
     divisor, time_label = time_scale(_span(series, start))
-    rate = by_time(series.train, name, start, divisor)
-    step_time = by_step(series.train, "step_time_s")
-    mfu = by_step(series.train, "mfu")
-    data_share = by_step(series.train, "data_share")
+    rate = _points(series, "train", name, "time", start, divisor)
+    step_time, mfu, data_share = (
+        _points(series, "train", field, "step", start, divisor)
+        for field in ("step_time_s", "mfu", "data_share")
+    )
     panels = [
         p for p in ((rate, "rate"), (step_time, "step time"), (mfu, "MFU"), (data_share, "data")) if p[0]
     ]
     if not panels:
         return None
-    with figure_style() as plt:
-        fig, axes = plt.subplots(
-            1, len(panels), figsize=(5.2 * len(panels), 4.0), squeeze=False, layout="constrained"
-        )
-        for axis, (points, what) in zip(axes[0], panels, strict=True):
+    with plotting.sheet(5.2 * len(panels), 4.0, 1, len(panels)) as sheet:
+        for axis, (points, what) in zip(sheet.axes[0], panels, strict=True):
             xs, ys = points.x, points.y
             if what == "rate":
                 axis.plot(xs, ys, color="tab:green", linewidth=1.2)
@@ -127,6 +135,6 @@ def throughput_figure(series: RunSeries, path: Path, title: str) -> Path | None:
                 axis.set_title(heading)
                 mark_events(axis, series, "step")
             axis.set_ylim(bottom=0)
-        figure_legend(fig, list(axes[0]))
-        fig.suptitle(f"{title}: throughput")
-        return save(fig, path)
+        sheet.legend(list(sheet.axes[0]))
+        sheet.fig.suptitle(f"{title}: throughput")
+        return save(sheet.fig, path)

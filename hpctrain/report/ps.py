@@ -5,14 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctrain.report.columns import Points, by_step, by_time, column, seconds
-from hpctrain.report.plotting import (
-    empty_panel,
-    figure_legend,
-    figure_style,
-    mark_events,
-    save,
-    time_scale,
-)
+from hpctrain.report.plotting import colormap, empty_panel, mark_events, save, sheet, time_scale
 from hpctrain.report.series import RunSeries, finite
 from hpctrain.rundir import TrainLine
 
@@ -58,8 +51,8 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     span = max((t - start for t in last if t is not None and start is not None), default=0.0)
     divisor, time_label = time_scale(span)
     shown = _shown_workers(series)
-    with figure_style() as plt:
-        fig, (stale, rate, share) = plt.subplots(1, 3, figsize=(15, 4.4), layout="constrained")
+    with sheet(15, 4.4, 1, 3) as drawing:
+        stale, rate, share = drawing.axes[0]
         if mean or worst:
             for points, label, style in ((mean, "mean", "-"), (worst, "max", ":")):
                 stale.plot(points.x, points.y, style, color="tab:red", label=f"staleness {label}")
@@ -69,7 +62,7 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             mark_events(stale, series, "step")
         else:
             empty_panel(stale, "no staleness recorded (synchronous, or not a parameter server)")
-        colours = plt.get_cmap("tab10" if len(shown) <= 10 else "tab20")
+        colours = colormap("tab10" if len(shown) <= 10 else "tab20")
         for n, worker in enumerate(shown):
             lines = series.workers[worker]
             colour = colours(n % colours.N)
@@ -93,6 +86,6 @@ def ps_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             mark_events(axis, series, "time", start, divisor)
             if not series.workers:
                 empty_panel(axis, "no worker metrics files (metrics/worker-N.jsonl)")
-        figure_legend(fig, [stale, rate, share], columns=6)
-        fig.suptitle(f"{title}: parameter server")
-        return save(fig, path)
+        drawing.legend([stale, rate, share], columns=6)
+        drawing.fig.suptitle(f"{title}: parameter server")
+        return save(drawing.fig, path)

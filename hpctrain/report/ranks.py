@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import warnings
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from hpctrain.report.columns import column, rank_table
-from hpctrain.report.plotting import empty_panel, figure_style, plain, save
+from hpctrain.report.plotting import Margins, colormap, empty_panel, plain, save, sheet, text_inches
 from hpctrain.report.series import RunSeries, finite
 
 # Beyond these the heat map bins: columns by the slowest rank of the interval group (a straggler
@@ -81,30 +82,39 @@ def heatmap_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     high = float(np.percentile(finite_values, 99.5)) if finite_values.size else 1.5
     low = float(np.percentile(finite_values, 0.5)) if finite_values.size else 0.5
     norm = TwoSlopeNorm(vmin=min(0.8, max(0.0, low)), vcenter=1.0, vmax=max(1.25, min(high, 10.0)))
-    with figure_style() as plt:
-        fig, (top, bottom) = plt.subplots(
-            2, 1, figsize=(11, 3.6 + min(rows, 40) * 0.3), sharex=True, constrained_layout=True
-        )
-        cmap = plt.get_cmap("RdBu_r").with_extremes(bad="0.85")
+    ticks, names = _rank_names(series, rows, row_group)
+    # Room on the right for the colour bars (drawn in inset axes: their label and ticks).
+    margins = Margins(left=0.85, right=1.1, top=0.75, bottom=0.55, hspace=0.45)
+    with sheet(11, 3.6 + min(rows, 40) * 0.3, 2, 1, margins, sharex=True) as drawing:
+        (top,), (bottom,) = drawing.axes
+        drawing.margins = replace(margins, left=0.45 + text_inches(drawing.fig, names, 9))
+        drawing.arrange()
+        cmap = colormap("RdBu_r").with_extremes(bad="0.85")
         image = top.imshow(relative, aspect="auto", interpolation="nearest", cmap=cmap, norm=norm)
-        fig.colorbar(image, ax=top, label="÷ median rank", pad=0.01)
+        drawing.fig.colorbar(image, cax=_colour_bar_axes(top), label="÷ median rank")
         flagged = _mark_stragglers(top, series, col_group, row_group)
         dots = "; black dots: stragglers the runtime flagged" if flagged else ""
         top.set_title(f"compute time per log interval ÷ the median rank's (red: slower){dots}")
-        waits = plt.get_cmap("viridis").with_extremes(bad="0.85")
+        waits = colormap("viridis").with_extremes(bad="0.85")
         image = bottom.imshow(share, aspect="auto", interpolation="nearest", cmap=waits, vmin=0, vmax=1)
-        fig.colorbar(image, ax=bottom, label="wait share", pad=0.01)
+        drawing.fig.colorbar(image, cax=_colour_bar_axes(bottom), label="wait share")
         bottom.set_title(
             "wait share: wait ÷ (compute + wait) in collectives (the others wait for a straggler)"
         )
         for axis in (top, bottom):
-            _rank_ticks(axis, series, rows, row_group)
+            axis.set_yticks(ticks, names)
+            axis.set_ylabel("rank")
             axis.grid(False)
-        ticks = np.linspace(0, cols - 1, num=min(cols, 8)).astype(int)
-        bottom.set_xticks(ticks, [str(steps[min(len(steps) - 1, t * col_group)]) for t in ticks])
+        columns = np.linspace(0, cols - 1, num=min(cols, 8)).astype(int)
+        bottom.set_xticks(columns, [str(steps[min(len(steps) - 1, c * col_group)]) for c in columns])
         bottom.set_xlabel("step at the end of the log interval")
-        fig.suptitle(f"{title}: per-rank step time ({len(series.ranks)} log intervals)")
-        return save(fig, path)
+        drawing.fig.suptitle(f"{title}: per-rank step time ({len(series.ranks)} log intervals)")
+        return save(drawing.fig, path)
+
+
+def _colour_bar_axes(axis: Any) -> Any:
+    """A thin panel just right of `axis`, its full height, for its colour bar."""
+    return axis.inset_axes((1.012, 0.0, 0.016, 1.0))
 
 
 def _mark_stragglers(axis: Any, series: RunSeries, col_group: int, row_group: int) -> bool:
@@ -121,15 +131,14 @@ def _mark_stragglers(axis: Any, series: RunSeries, col_group: int, row_group: in
     return bool(cells)
 
 
-def _rank_ticks(axis: Any, series: RunSeries, rows: int, row_group: int) -> None:
-    nodes = next((line.nodes for line in reversed(series.ranks) if line.nodes), [])
+def _rank_names(series: RunSeries, rows: int, row_group: int) -> tuple[list[int], list[str]]:
+    """The heat map's labelled rows: each rank and its node, or some folded rows and the ranks they hold."""
     if rows <= NAMED_ROWS and row_group == 1:
+        nodes = next((line.nodes for line in reversed(series.ranks) if line.nodes), [])
         names = [f"rank {r}" + (f" {plain(nodes[r], 16)}" if r < len(nodes) else "") for r in range(rows)]
-        axis.set_yticks(range(rows), names)
-    else:
-        ticks = list(range(0, rows, max(1, rows // 16)))
-        axis.set_yticks(ticks, [f"ranks {t * row_group}-{(t + 1) * row_group - 1}" for t in ticks])
-    axis.set_ylabel("rank")
+        return list(range(rows)), names
+    ticks = list(range(0, rows, max(1, rows // 16)))
+    return ticks, [f"ranks {t * row_group}-{(t + 1) * row_group - 1}" for t in ticks]
 
 
 MEMORY_ORDER = ("params", "grads", "optimizer")
@@ -147,8 +156,8 @@ def memory_figure(series: RunSeries, path: Path, title: str) -> Path | None:
     parts += sorted({k for m in lines for k in m.rank_bytes} - set(parts))[:8]
     peaks = [finite(m.peak_mem_mb) for m in lines]
     positions = list(range(len(ranks)))
-    with figure_style() as plt:
-        fig, (held, peak) = plt.subplots(1, 2, figsize=(11, 3.8), constrained_layout=True)
+    with sheet(11, 3.8, 1, 2) as drawing:
+        held, peak = drawing.axes[0]
         bottom = [0.0] * len(ranks)
         for part in parts:
             mib = [max(0.0, finite(m.rank_bytes.get(part)) or 0.0) / 2**20 for m in lines]
@@ -174,8 +183,8 @@ def memory_figure(series: RunSeries, path: Path, title: str) -> Path | None:
             if len(series.memory) > len(ranks)
             else ""
         )
-        fig.suptitle(f"{title}: memory per rank after the first optimizer step{shown}")
-        return save(fig, path)
+        drawing.fig.suptitle(f"{title}: memory per rank after the first optimizer step{shown}")
+        return save(drawing.fig, path)
 
 
 def _memory_ticks(axis: Any, ranks: list[int]) -> None:

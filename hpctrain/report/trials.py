@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctrain.report.columns import by_step
-from hpctrain.report.plotting import empty_panel, figure_style, plain, save
+from hpctrain.report.plotting import colormap, empty_panel, plain, save, sheet
 from hpctrain.report.series import RunSeries
 
 # Trials drawn with a legend entry; the others are drawn in grey, unlabelled.
@@ -19,9 +19,9 @@ def trials_figure(
     thick and on top, so the winner is found at a glance among many."""
     if not any(s.train or s.evals for _, s in trials):
         return None
-    with figure_style() as plt:
-        fig, (train, evals) = plt.subplots(1, 2, figsize=(12, 4.2), constrained_layout=True)
-        colours = plt.get_cmap("tab10")
+    with sheet(12, 4.2, 1, 2) as drawing:
+        train, evals = drawing.axes[0]
+        colours = colormap("tab10")
         for n, (label, series) in enumerate(trials):
             winner = label == best
             named = winner or n < LABELLED
@@ -43,10 +43,8 @@ def trials_figure(
             axis.set_title(what + " of each trial")
             if not axis.lines:
                 empty_panel(axis, f"no {what} yet")
-        handles, labels = (evals if evals.lines else train).get_legend_handles_labels()
-        if handles:  # below the panels: over them it would hide the curves
-            fig.legend(handles, labels, loc="outside lower center", ncol=min(3, len(handles)))
+        drawing.legend([evals if evals.lines else train], columns=3)
         unlabelled = max(0, len(trials) - LABELLED)
         more = f" ({unlabelled} more in grey)" if unlabelled else ""
-        fig.suptitle(f"{title}: {len(trials)} trials{more}")
-        return save(fig, path)
+        drawing.fig.suptitle(f"{title}: {len(trials)} trials{more}")
+        return save(drawing.fig, path)

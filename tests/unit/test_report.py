@@ -16,7 +16,7 @@ from hpctrain.report.series import read_run
 from hpctrain.rundir import RunDir
 from tests.conftest import REPO
 from tests.unit.report_runs import add_rank_times, write_run
-from tests.unit.tracked_runs import cli, home_env, track
+from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
 pytest.importorskip("matplotlib", reason="hpctrain report draws with matplotlib (the test extra has it)")
 
@@ -148,3 +148,90 @@ def test_a_requeue_that_resumes_at_its_own_step_splits_the_curve_at_the_restart(
     assert segments(train, [EventLine(event="resumed", step=20, time=89.0)]) == [(0, 2), (2, 4)]
     assert segments(train) == [(0, 4)]
     assert segments(train, [EventLine(event="resumed", time=None)]) == [(0, 4)]
+
+
+def _report_with(monkeypatch: pytest.MonkeyPatch, cores: int, run: RunDir, out: Path) -> Outcome:
+    """`hpctrain report RUN -o OUT` as if the machine had `cores` cores (1: drawn without forking)."""
+    from hpctrain.report import parallel
+
+    monkeypatch.setattr(parallel, "cores", lambda: cores)
+    return cli("report", str(run.root), "-o", str(out))
+
+
+def test_figures_drawn_in_forked_processes_are_those_drawn_in_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = write_run(tmp_path / "run", intervals=80, workers=2)
+    for cores in (1, 3):
+        outcome = _report_with(monkeypatch, cores, run, tmp_path / f"cores-{cores}")
+        assert outcome.code == 0, outcome.stderr
+    serial, forked = tmp_path / "cores-1", tmp_path / "cores-3"
+    assert {p.name for p in serial.iterdir()} == {p.name for p in forked.iterdir()} == FIGURES | {"report.md"}
+    for name in FIGURES:
+        assert (serial / name).read_bytes() == (forked / name).read_bytes(), name
+
+    def page(folder: Path) -> list[str]:
+        return [line for line in (folder / "report.md").read_text().splitlines() if "; written " not in line]
+
+    assert page(serial) == page(forked)
+
+
+class Unpicklable(Exception):
+    def __init__(self, reason: str, extra: int) -> None:  # pickle calls it with `reason` only
+        super().__init__(reason)
+
+
+@pytest.mark.parametrize(
+    ("error", "line"),
+    [
+        (ValueError("a\nbad value"), "hpctrain: error: unexpected ValueError: a bad value"),
+        (Unpicklable("not sent whole", 1), "unexpected FigureFailed: Unpicklable: not sent whole"),
+    ],
+)
+def test_a_figure_that_raises_in_a_drawing_process_is_one_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: Exception, line: str
+) -> None:
+    from hpctrain.report import ranks
+
+    parent = os.getpid()
+    where = tmp_path / "pid"
+
+    def broken(series: object, path: Path, title: str) -> Path:
+        where.write_text(str(os.getpid()))
+        raise error
+
+    monkeypatch.setattr(ranks, "heatmap_figure", broken)
+    outcome = _report_with(monkeypatch, 2, write_run(tmp_path / "run", intervals=20), tmp_path / "out")
+    assert int(where.read_text()) != parent  # it failed in the child
+    assert outcome.code == 1 and line in outcome.stderr
+    assert outcome.stderr.count("\n") == 1 and "Traceback" not in outcome.stderr
+
+
+def test_a_drawing_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> None:
+    import signal
+
+    from hpctrain.report.parallel import DrawerDied, Job, draw_all
+
+    parent = os.getpid()
+
+    def die() -> Path:
+        if os.getpid() != parent:  # never in pytest's own process
+            os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("the job that dies was drawn in the parent")
+
+    jobs = [Job("here", lambda: tmp_path, weight=2), Job("killed", die), Job("also killed", lambda: None)]
+    with pytest.raises(DrawerDied, match=r"figures killed, also killed ended \(signal 9\)"):
+        draw_all(jobs, workers=2)
+    assert draw_all(jobs[:1] + jobs[2:], workers=2) == [tmp_path, None]
+
+
+def test_a_long_curve_keeps_its_spikes_when_thinned() -> None:
+    import numpy as np
+
+    from hpctrain.report.columns import MAX_POINTS, Points
+
+    y = np.ones(100_000)
+    y[54_321], y[77_777] = 9.0, -3.0  # one interval each: a stride of 25 would most likely miss them
+    points = Points.of(np.arange(len(y), dtype=float), y)
+    assert len(points.x) <= MAX_POINTS and points.y.max() == 9.0 and points.y.min() == -3.0
+    assert (np.diff(points.x) > 0).all() and 54_321 in points.x and 77_777 in points.x
