@@ -66,25 +66,14 @@ def draw_all(jobs: list[Job], workers: int | None = None) -> list[Path | None]:
 
     An exception of a job is raised here once every child has ended."""
     count = min(len(jobs), cores() if workers is None else workers)
-    if count <= 1 or not hasattr(os, "fork"):
-        return [job.draw() for job in jobs]
-    mine, *theirs = shares(jobs, count)
-    sys.stdout.flush()  # what is buffered is written once, not once more by each child
-    sys.stderr.flush()
     # The lines read are left alone by every collector until the figures are drawn: a collection
-    # would walk them again, and in a child it would copy the pages it touches.
+    # would walk them all again, and in a child it would copy every page it touches.
     gc.freeze()
     try:
-        children = []
-        for share in theirs:
-            child = _fork(jobs, share) if share else None
-            if child is None:  # no share, or no process to draw it in: drawn here
-                mine += share
-            else:
-                children.append(child)
-        outcomes = [_run(jobs, index) for index in mine]
-        for pid, pipe, share in children:
-            outcomes += _collect(pid, pipe, [jobs[i].name for i in share], share[0])
+        if count <= 1 or not hasattr(os, "fork"):
+            outcomes = [_run(jobs, index) for index in range(len(jobs))]
+        else:
+            outcomes = _fork_and_draw(jobs, shares(jobs, count))
     finally:
         gc.unfreeze()
     results: list[Path | None] = [None] * len(jobs)
@@ -93,6 +82,24 @@ def draw_all(jobs: list[Job], workers: int | None = None) -> list[Path | None]:
             raise error
         results[index] = path
     return results
+
+
+def _fork_and_draw(jobs: list[Job], split: list[list[int]]) -> list[Outcome]:
+    """The first share drawn here, each other one in a child of its own."""
+    mine, *theirs = split
+    sys.stdout.flush()  # what is buffered is written once, not once more by each child
+    sys.stderr.flush()
+    children = []
+    for share in theirs:
+        child = _fork(jobs, share) if share else None
+        if child is None:  # no share, or no process to draw it in: drawn here
+            mine += share
+        else:
+            children.append(child)
+    outcomes = [_run(jobs, index) for index in mine]
+    for pid, pipe, share in children:
+        outcomes += _collect(pid, pipe, [jobs[i].name for i in share], share[0])
+    return outcomes
 
 
 def _run(jobs: list[Job], index: int) -> Outcome:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from hpctrain.report.columns import column, seconds
+from hpctrain.report.columns import seconds
 from hpctrain.report.series import RunSeries
 
 STYLE = {
@@ -79,20 +79,23 @@ class Sheet:
     margins: Margins = field(default_factory=Margins)
 
     def arrange(self) -> None:
-        """Place the panels by the margins (fractions of the figure, as matplotlib takes them)."""
+        """Place the panels by the margins (fractions of the figure, as matplotlib takes them); on a
+        figure too small for them the margins and gaps shrink, so the panels always keep some room."""
         m = self.margins
         width, height = self.fig.get_size_inches()
         rows, cols = self.axes.shape
-        bottom = m.bottom + (m.legend_rows * LEGEND_ROW + 0.15 if m.legend_rows else 0.0)
-        panel_width = max(0.5, (width - m.left - m.right - (cols - 1) * m.wspace) / cols)
-        panel_height = max(0.5, (height - m.top - bottom - (rows - 1) * m.hspace) / rows)
+        legend = m.legend_rows * LEGEND_ROW + 0.15 if m.legend_rows else 0.0
+        left, right = min(m.left, 0.4 * width), min(m.right, 0.25 * width)
+        top, bottom = min(m.top, 0.25 * height), min(m.bottom + legend, 0.4 * height)
+        panel_width, wspace = _panels(width - left - right, cols, m.wspace)
+        panel_height, hspace = _panels(height - top - bottom, rows, m.hspace)
         self.fig.subplots_adjust(
-            left=m.left / width,
-            right=1 - m.right / width,
-            top=1 - m.top / height,
+            left=left / width,
+            right=1 - right / width,
+            top=1 - top / height,
             bottom=bottom / height,
-            wspace=m.wspace / panel_width,
-            hspace=m.hspace / panel_height,
+            wspace=wspace / panel_width,
+            hspace=hspace / panel_height,
         )
 
     def legend(self, axes: list[Any], columns: int = 4) -> None:
@@ -109,6 +112,12 @@ class Sheet:
         )
         self.margins = replace(self.margins, legend_rows=math.ceil(len(seen) / ncol))
         self.arrange()
+
+
+def _panels(room: float, count: int, gap: float) -> tuple[float, float]:
+    """(size of each of `count` panels, gap between them) in `room` inches; gaps take at most half."""
+    gap = min(gap, room / 2 / max(1, count - 1))
+    return (room - (count - 1) * gap) / count, gap
 
 
 @contextlib.contextmanager
@@ -197,11 +206,20 @@ def mark_events(
     """Vertical lines at restarts, checkpoints, preemptions and failures; `on` is "step" or "time".
 
     On a wall-time axis the attempts of attempts.jsonl are marked too (they have no step)."""
+    import numpy as np
+
+    names = series.cached(
+        ("events", "names"), lambda: np.array([e.event for e in series.events], dtype=object)
+    )
+    if on == "step":
+        xs = series.column("events", "step")
+    elif start is None:
+        xs = np.full(len(series.events), np.nan)
+    else:
+        xs = (series.column("events", "time") - start) / divisor
     labelled: set[str] = set()
     for kind, style in MARKS.items():
-        chosen = [e for e in series.events if e.event == kind]
-        xs = column(chosen, "step") if on == "step" else seconds(chosen, start, divisor)
-        _vlines(axis, xs, style, labelled)
+        _vlines(axis, xs[names == kind], style, labelled)
     if on != "step":
         later = [a for a in series.attempts if a.event == "start" and a.attempt > 0]
         failed = [a for a in series.attempts if a.event == "end" and a.outcome not in ("", "completed")]

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -83,17 +83,21 @@ class RunSeries:
     attempts: list[AttemptLine] = field(default_factory=list)
     lines: int = 0
     problems: Problems = field(default_factory=Problems)
-    _columns: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
+    _cache: dict[tuple[str, str], Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def cached(self, key: tuple[str, str], build: Callable[[], Any]) -> Any:
+        """What `build` returns, built once per key: a figure asks for the same column of 100,000 lines
+        many times."""
+        if key not in self._cache:
+            self._cache[key] = build()
+        return self._cache[key]
 
     def column(self, kind: str, name: str) -> Any:
-        """`name` of every line of `kind` ("train", "evals" or "ranks") as a numpy column (see
-        `columns.column`), built once: a figure asks for the same column of 100,000 lines many times."""
-        key = (kind, name)
-        if key not in self._columns:
-            from hpctrain.report.columns import column
+        """`name` of every line of `kind` ("train", "evals", "events" or "ranks") as a numpy column
+        (`columns.column`), built once."""
+        from hpctrain.report.columns import column
 
-            self._columns[key] = column(getattr(self, kind), name)
-        return self._columns[key]
+        return self.cached((kind, name), lambda: column(getattr(self, kind), name))
 
     @property
     def start_time(self) -> float | None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -68,15 +67,10 @@ def run_rows(series: RunSeries, result: Result | Unreadable | None) -> list[tupl
         rows.append(("latest loss", number(last.loss)))
     if isinstance(result, Unreadable):
         rows.append(("result.json", md(result.reason)))
-    rates = [r for r in (finite(t.samples_per_s) for t in series.train) if r is not None]
-    if rates:
-        rows.append(("samples/s (median of the log intervals)", number(statistics.median(rates))))
-    tokens = [r for r in (finite(t.tokens_per_s) for t in series.train) if r is not None]
-    if tokens:
-        rows.append(("tokens/s (median)", number(statistics.median(tokens))))
-    mfu = [r for r in (finite(t.mfu) for t in series.train) if r is not None]
-    if mfu:
-        rows.append(("MFU (median)", number(statistics.median(mfu), 3)))
+    for name, label, digits in MEDIANS:
+        median = _median(series, name)
+        if median is not None:
+            rows.append((label, number(median, digits)))
     start = next((e for e in series.events if e.event in ("start", "resumed")), None)
     if start is not None and (start.layout or start.world_size):
         rows.append(
@@ -95,6 +89,23 @@ def run_rows(series: RunSeries, result: Result | Unreadable | None) -> list[tupl
         outcomes = ", ".join(md(a.outcome or "?", 30) for a in ends[-8:])
         rows.append(("attempts (attempts.jsonl)", f"{len({a.attempt for a in series.attempts})}: {outcomes}"))
     return rows
+
+
+# Train-line fields summarised by their median: (field, row label, significant digits).
+MEDIANS = (
+    ("samples_per_s", "samples/s (median of the log intervals)", 4),
+    ("tokens_per_s", "tokens/s (median)", 4),
+    ("mfu", "MFU (median)", 3),
+)
+
+
+def _median(series: RunSeries, name: str) -> float | None:
+    """The median of the finite values of a train-line field (the figures' cached column), or None."""
+    import numpy as np
+
+    values = series.column("train", name)
+    values = values[np.isfinite(values)]
+    return float(np.median(values)) if values.size else None
 
 
 def _steps(prefix: str, events: list[EventLine]) -> str:
