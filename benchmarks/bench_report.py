@@ -40,7 +40,10 @@ def timed_process(argv: list[str]) -> tuple[float, float]:
     """(wall seconds, CPU seconds user+system) of one whole process."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": str(REPO)})
+    # Bytecode is written (and then read), as an installed package's is: PYTHONDONTWRITEBYTECODE, set
+    # in some shells, would have Python compile every hpctrain module again in every run.
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    subprocess.run(argv, check=True, stdout=subprocess.DEVNULL, env={**env, "PYTHONPATH": str(REPO)})
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
