@@ -106,11 +106,11 @@ def _draw(page: Page, out: Path, figures: list[RunFigure], series: RunSeries) ->
 def report_run(run: RunDir, subject: Subject, out: Path) -> Written:
     """Figures and report.md of one run directory into `out`."""
     series = read_run(run)
-    result = run.read_result()
     page = Page(subject)
-    page.rows = summary.run_rows(series, result) + summary.ps_rows(result)
     notes: list[str] = []
     figures = _draw(page, out, _run_figures(), series) if _can_draw(page, notes) else []
+    result = run.read_result()  # the key numbers after the figures: a forked child need not wait for them
+    page.rows = summary.run_rows(series, result) + summary.ps_rows(result)
     failures = run.read_failures()
     page.sections = [
         ("Timeline", summary.timeline(series)),
