@@ -2,8 +2,9 @@
 
 The run is made up (tests/unit/report_runs.py): train and per-rank (`ranks`) lines every interval,
 eval and checkpoint lines, a restart, memory lines, attempts.jsonl. Measured: the whole command as a
-fresh process (what a user waits for: Python start, imports, reading, drawing, writing), and in one
-process the parts of it (reading every line; drawing each figure; the summary page).
+fresh process (what a user waits for: Python start, imports, reading, drawing in forked processes,
+writing), the same pinned to one core (drawn one figure after another), and in one process the parts
+of it (reading every line; drawing each figure).
 
     python benchmarks/bench_report.py [--lines 100000] [--ranks 8] [--runs 5]
 """
@@ -13,6 +14,7 @@ from __future__ import annotations
 import argparse
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -75,26 +77,39 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--runs", type=int, default=5)
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder) / "run"
         run = write_run(root, intervals=int(args.lines / LINES_PER_INTERVAL), ranks=args.ranks)
         lines = run.metrics.read_bytes().count(b"\n")
         size_mb = run.metrics.stat().st_size / 1e6
         command = [sys.executable, "-m", "hpctrain.cli.main", "report", str(root), "-o", f"{folder}/out"]
+        # The same on one core: the figures one after another (what a one-CPU batch job gets).
+        one_core = ["taskset", "-c", "0", *command] if shutil.which("taskset") else None
+        floor = [sys.executable, "-c", FLOOR, folder]
         timed_process(command)  # warm the page cache and the bytecode
-        walls, cpus = _split([timed_process(command) for _ in range(args.runs)])
+        rounds: dict[str, list[tuple[float, float]]] = {"report": [], "one core": [], "floor": []}
+        for _ in range(args.runs):  # interleaved, so a change of load hits each alike
+            rounds["report"].append(timed_process(command))
+            if one_core:
+                rounds["one core"].append(timed_process(one_core))
+            rounds["floor"].append(timed_process(floor))
         split = parts(root, Path(folder) / "parts")
-        floors = sorted(timed_process([sys.executable, "-c", FLOOR, folder]) for _ in range(args.runs))
     print(
-        f"metrics.jsonl: {lines:,} lines, {size_mb:.1f} MB, {args.ranks} ranks; load {os.getloadavg()[0]:.2f}"
+        f"metrics.jsonl: {lines:,} lines, {size_mb:.1f} MB, {args.ranks} ranks; "
+        f"load {load_before:.2f} before, {os.getloadavg()[0]:.2f} after; {os.cpu_count()} CPUs"
     )
     print(f"{'what':<30} {'wall s (median, min)':>21} {'CPU s (median, min)':>21}")
-    for name, (wall, cpu) in (
-        ("hpctrain report (a process)", (walls, cpus)),
-        ("floor: 5 empty PNGs", _split(floors)),
+    for name, key in (
+        ("hpctrain report (a process)", "report"),
+        ("  the same, on one core", "one core"),
+        ("floor: 5 empty PNGs", "floor"),
     ):
-        middle = f"{statistics.median(wall):>12.2f} {wall[0]:>8.2f}"
-        print(f"{name:<30} {middle} {statistics.median(cpu):>12.2f} {cpu[0]:>8.2f}")
+        if rounds[key]:
+            wall, cpu = _split(rounds[key])
+            middle = f"{statistics.median(wall):>12.2f} {wall[0]:>8.2f}"
+            print(f"{name:<30} {middle} {statistics.median(cpu):>12.2f} {cpu[0]:>8.2f}")
+    print("in one process, one after another:")
     for name, (wall, cpu) in split.items():
         print(f"{'  ' + name:<30} {wall:>12.2f} {'':>8} {cpu:>12.2f}")
 
