@@ -22,7 +22,7 @@ from typing import NamedTuple
 
 # (index of the job, what it returned, or the exception it raised)
 Outcome = tuple[int, "Path | None", "BaseException | None"]
-# An exception message sent back is cut to this length (a pipe holds 64 KiB without a reader).
+# The message of an exception that does not pickle is sent back cut to this length.
 MAX_MESSAGE = 2000
 
 
