@@ -62,22 +62,22 @@ def _run_figures() -> list[RunFigure]:
 
     return [
         RunFigure(
-            "loss", "Loss and evaluation", loss_figure, "no train or eval lines in metrics.jsonl yet", 3
+            "loss", "Loss and evaluation", loss_figure, "no train or eval lines in metrics.jsonl yet", 7
         ),
-        RunFigure("throughput", "Throughput", throughput_figure, "no throughput in the train lines yet", 2.5),
+        RunFigure("throughput", "Throughput", throughput_figure, "no throughput in the train lines yet", 5.5),
         RunFigure(
             "ranks",
             "Per-rank step time",
             heatmap_figure,
             "no per-rank times (`ranks` lines) in metrics.jsonl: the runtime that wrote it records none",
-            3,
+            6.5,
         ),
         RunFigure(
             "memory",
             "Memory per rank",
             memory_figure,
             "no memory lines (written after the first optimizer step)",
-            1,
+            4,
         ),
         RunFigure("ps", "Parameter server", ps_figure, "not a parameter-server run", 1),
     ]

@@ -50,15 +50,16 @@ def cores() -> int:
 
 
 def shares(jobs: list[Job], workers: int) -> list[list[int]]:
-    """Job indices for each of `workers`, heaviest job first to the least loaded (the first share is
-    the parent's)."""
+    """Job indices for each of `workers`, heaviest job first to the least loaded; the lightest share
+    first (the parent's: it also writes the page once the others are done)."""
     loads = [0.0] * workers
     out: list[list[int]] = [[] for _ in range(workers)]
     for index in sorted(range(len(jobs)), key=lambda i: -jobs[i].weight):
         least = loads.index(min(loads))
         out[least].append(index)
         loads[least] += jobs[index].weight
-    return [sorted(share) for share in out]
+    order = sorted(range(workers), key=lambda w: loads[w])
+    return [sorted(out[w]) for w in order]
 
 
 def draw_all(jobs: list[Job], workers: int | None = None) -> list[Path | None]:

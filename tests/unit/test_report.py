@@ -210,7 +210,7 @@ def test_a_figure_that_raises_in_a_drawing_process_is_one_line(
 def test_a_drawing_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> None:
     import signal
 
-    from hpctrain.report.parallel import DrawerDied, Job, draw_all
+    from hpctrain.report.parallel import DrawerDied, Job, draw_all, shares
 
     parent = os.getpid()
 
@@ -220,6 +220,7 @@ def test_a_drawing_process_that_dies_is_an_error_not_a_hang(tmp_path: Path) -> N
         raise AssertionError("the job that dies was drawn in the parent")
 
     jobs = [Job("here", lambda: tmp_path, weight=2), Job("killed", die), Job("also killed", lambda: None)]
+    assert shares(jobs, 2) == [[0], [1, 2]]  # the first share is the parent's
     with pytest.raises(DrawerDied, match=r"figures killed, also killed ended \(signal 9\)"):
         draw_all(jobs, workers=2)
     assert draw_all(jobs[:1] + jobs[2:], workers=2) == [tmp_path, None]
