@@ -25,6 +25,10 @@ from hpctrain.slurm_values import (
 )
 from hpctrain.spec.base import Base
 
+# torchao's Float8LinearRecipeName values, plus tensorwise with fast accumulation in backward as well
+FP8Recipe = Literal["tensorwise", "tensorwise-fast", "rowwise", "rowwise_with_gw_hp"]
+DEFAULT_FP8_RECIPE: FP8Recipe = "tensorwise"
+
 # ----------------------------------------------------------------------------------------------
 # Job spec
 # ----------------------------------------------------------------------------------------------
@@ -201,6 +205,15 @@ class Train(Base):
             "large linear layers (H100/H200, needs torchao), bf16 autocast for the rest."
         ),
     ] = "auto"
+    fp8_recipe: Annotated[
+        FP8Recipe,
+        Meta(
+            description="With precision fp8: torchao's scaling recipe. tensorwise (default) accumulates "
+            "the forward matmul fast, the backward ones precisely; tensorwise-fast accumulates all three "
+            "fast (faster, see docs/benchmarks.md for its loss); rowwise and rowwise_with_gw_hp scale "
+            "per row (slower on H100/H200 for GPT-sized layers)."
+        ),
+    ] = DEFAULT_FP8_RECIPE
     activation_checkpointing: Annotated[
         Literal["none", "selective", "full"],
         Meta(
