@@ -1,8 +1,9 @@
 """Options applied to the model before a layout wraps it: fp8 linears, activation checkpointing.
 
 ``train.precision: fp8`` swaps the model's large linear layers for torchao's float8 training
-linears (tensorwise dynamic scaling; matmuls in fp8 on the tensor cores, everything else under bf16
-autocast). Left in bf16, as usual: output layers (the LM head: its logits feed the loss directly),
+linears (``train.fp8_recipe``, by default tensorwise dynamic scaling with fast accumulation in
+the forward and both backward matmuls; matmuls in fp8 on the tensor cores, everything else under
+bf16 autocast). Left in bf16, as usual: output layers (the LM head: its logits feed the loss directly),
 layers with a dimension that is not a multiple of 16 (the fp8 matmul needs it) and small layers,
 whose casts cost more than the faster matmul saves. Parameter names do not change, so checkpoints
 load across precisions.

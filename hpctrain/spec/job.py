@@ -27,7 +27,7 @@ from hpctrain.spec.base import Base
 
 # torchao's Float8LinearRecipeName values, plus tensorwise with fast accumulation in backward as well
 FP8Recipe = Literal["tensorwise", "tensorwise-fast", "rowwise", "rowwise_with_gw_hp"]
-DEFAULT_FP8_RECIPE: FP8Recipe = "tensorwise"
+DEFAULT_FP8_RECIPE: FP8Recipe = "tensorwise-fast"
 
 # ----------------------------------------------------------------------------------------------
 # Job spec
@@ -208,10 +208,10 @@ class Train(Base):
     fp8_recipe: Annotated[
         FP8Recipe,
         Meta(
-            description="With precision fp8: torchao's scaling recipe. tensorwise (default) accumulates "
-            "the forward matmul fast, the backward ones precisely; tensorwise-fast accumulates all three "
-            "fast (faster, see docs/benchmarks.md for its loss); rowwise and rowwise_with_gw_hp scale "
-            "per row (slower on H100/H200 for GPT-sized layers)."
+            description="With precision fp8: torchao's scaling recipe. tensorwise-fast (default) is "
+            "tensorwise with fast accumulation in all three matmuls (1.16x bf16 on the 944M GPT, loss within "
+            "1% after 200 steps); tensorwise accumulates the backward matmuls precisely (1.13x); rowwise and "
+            "rowwise_with_gw_hp scale per row (slower on H100/H200 for GPT-sized layers)."
         ),
     ] = DEFAULT_FP8_RECIPE
     activation_checkpointing: Annotated[

@@ -15,8 +15,8 @@ def test_an_unknown_recipe_is_named_with_the_known_ones() -> None:
         precision.convert_to_fp8(nn.Linear(2048, 2048), "cuda", recipe="blockwise")
 
 
-def test_the_default_recipe_is_torchaos_tensorwise() -> None:
-    assert precision.DEFAULT_FP8_RECIPE == "tensorwise"
+def test_the_default_recipe_is_tensorwise_with_fast_accumulation() -> None:
+    assert precision.DEFAULT_FP8_RECIPE == "tensorwise-fast"
     assert set(precision.FP8_RECIPES) == {"tensorwise", "tensorwise-fast", "rowwise", "rowwise_with_gw_hp"}
 
 
