@@ -83,6 +83,7 @@ def test_a_collective_past_its_timeout_ends_the_process_and_dumps_the_flight_rec
     assert sum("all_reduce" in name for name in names) >= 4, names
     assert entries[-1].get("state") != "completed", entries[-1]
     print(f"torn down {took:.1f} s after start, rc {proc.returncode}; flight recorder: {names}")
+    print("\n".join(line for line in proc.stderr.splitlines() if "imeout" in line or "bort" in line)[-3000:])
 
 
 def test_rank_times_come_from_cuda_events(tmp_path: Path) -> None:
