@@ -37,15 +37,7 @@ def hang_in_a_collective(run_dir: Path) -> None:
     from hpctrain.runtime import bootstrap, hang_rule
 
     hang_rule.apply_nccl_env(run_dir, COLLECTIVE_TIMEOUT_S, "nccl", torch.__version__)
-    info = bootstrap.DistInfo(
-        rank=0,
-        world_size=1,
-        local_rank=0,
-        node_rank=0,
-        master_addr="127.0.0.1",
-        master_port=0,
-        launcher="srun",
-    )
+    info = bootstrap.single({})  # a world of one, as a plain process gets
     bootstrap.init_process_group(info, "nccl", COLLECTIVE_TIMEOUT_S)
     tensor = torch.ones(1 << 20, device="cuda")
     for _ in range(3):
