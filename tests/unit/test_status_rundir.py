@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpctrain.rundir import FailureReport, Result, RunDir, WorkerStats, metric_line
-from hpctrain.watch import MAX_RANGE, task_ranks
+from hpctrain.slurm_facts import MAX_RANGE, task_ranks
 from tests.conftest import run_cli
 from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
