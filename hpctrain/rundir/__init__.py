@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.rundir.io import (
     FIRST_WINDOW,
@@ -53,6 +54,9 @@ from hpctrain.rundir.structs import (
     Unreadable,
     WorkerStats,
 )
+
+if TYPE_CHECKING:
+    import msgspec
 
 # ---------------------------------------------------------------------------------------------
 # File names: each spelled here once.
@@ -246,23 +250,24 @@ class RunDir:
         return sorted(i for i, _ in numbered(sorted(self.names), ARRAY_PREFIX))
 
     # -- writers -------------------------------------------------------------------------------
-    def write_result(self, result: Result) -> Path:
+    def _write(self, path: Path, value: msgspec.Struct) -> Path:
+        """Every JSON writer: its folder made when it is a subfolder, the listing snapshot dropped."""
         self._names = None
-        return write_json(self.result, result)
+        if path.parent != self.root:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        return write_json(path, value)
+
+    def write_result(self, result: Result) -> Path:
+        return self._write(self.result, result)
 
     def write_failure(self, report: FailureReport) -> Path:
-        self._names = None
-        self.failures.mkdir(parents=True, exist_ok=True)
-        return write_json(self.failure(report.rank), report)
+        return self._write(self.failure(report.rank), report)
 
     def write_record(self, record: Record) -> Path:
-        self._names = None
-        return write_json(self.record, record)
+        return self._write(self.record, record)
 
     def write_heartbeat(self, beat: Heartbeat) -> Path:
-        self._names = None
-        self.heartbeats.mkdir(parents=True, exist_ok=True)
-        return write_json(self.heartbeat(beat.node), beat)
+        return self._write(self.heartbeat(beat.node), beat)
 
     def append_metric(self, line: MetricLine) -> None:
         self._names = None
