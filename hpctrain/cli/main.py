@@ -43,7 +43,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb, help_text in VERBS.items():
         if only is not None and verb != only:
-            sub.add_parser(verb, help=help_text)
+            if not only:  # the verb list of `hpctrain --help`; a verb's own run does not show it
+                sub.add_parser(verb, help=help_text)
             continue
         module = importlib.import_module(f"hpctrain.cli.{verb.replace('-', '_')}_cmd")
         child = sub.add_parser(verb, help=help_text, description=help_text)
