@@ -34,6 +34,11 @@ SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
 Line = Annotated[str, Meta(pattern=LINE)]
 ShellLine = Annotated[str, Meta(pattern=SHELL_LINE)]
 NodeName = Annotated[str, Meta(pattern=NODE_NAME)]
+# sbatch options whose values are checked by shape before they reach the script:
+ArrayIndices = Annotated[str, Meta(pattern=r"\A[0-9,\-:%]+\Z")]  # --array (0-7%2)
+Dependency = Annotated[str, Meta(pattern=r"\A[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*\Z")]  # afterok:123
+Comment = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")]  # --comment
+MailUser = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")]  # --mail-user
 # YAML users write `OMP_NUM_THREADS: 1`; env values are read as the text written and rendered quoted.
 EnvValue = Line | int | float | bool
 

@@ -1,4 +1,7 @@
-"""JobSpec: what a job asks for (resources, training, layout, sweep), with field docs as help text."""
+"""JobSpec: what a job asks for (resources, training, faults, sweep), with field docs as help text.
+
+The parallel layout request (``train.parallel``) has its own module, ``parallel.py``.
+"""
 
 import re
 from typing import Annotated, Any, Literal
@@ -6,16 +9,15 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from hpctrain.layout import DIMS, Layout, check_request
 from hpctrain.slurm_values import (
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
     SBATCH_VALUE,
-    EnvValue,
-    NodeName,
-    ShellLine,
-    SlurmWord,
+    ArrayIndices,
+    Comment,
+    Dependency,
+    MailUser,
     check,
     check_env,
     memory_mb,
@@ -23,7 +25,8 @@ from hpctrain.slurm_values import (
     signal_name,
     time_minutes,
 )
-from hpctrain.spec.base import Base
+from hpctrain.spec.base import Base, EnvValue, NodeName, Seconds, ShellLine, SlurmWord
+from hpctrain.spec.parallel import SHORTHANDS, Parallel
 
 # ----------------------------------------------------------------------------------------------
 # Job spec
@@ -77,93 +80,6 @@ class Resources(Base):
         if self.tasks_per_node is not None:
             return self.tasks_per_node
         return self.gpus_per_node or 1
-
-
-class ParameterServer(Base):
-    servers: Annotated[int, Meta(ge=1, description="Server processes holding parameter shards.")] = 1
-    mode: Annotated[
-        Literal["sync", "async", "bounded"],
-        Meta(
-            description="sync: average all workers per step; async: apply on arrival; "
-            "bounded: async with at most `staleness` steps of lag."
-        ),
-    ] = "sync"
-    staleness: Annotated[int, Meta(ge=0, description="Staleness limit for bounded mode.")] = 2
-    heterogeneous: Annotated[
-        bool,
-        Meta(
-            description="Submit servers as their own Slurm hetjob component; false runs them in "
-            "the workers' allocation."
-        ),
-    ] = True
-    partition: Annotated[SlurmWord | None, Meta(description="Partition for the servers.")] = None
-    nodes: Annotated[int, Meta(ge=1, description="Nodes for the server component.")] = 1
-    cpus_per_server: Annotated[int, Meta(ge=1, description="CPU cores per server.")] = 1
-    mem: Annotated[str | None, Meta(description="Memory per server node (Slurm syntax).")] = None
-    worker_timeout: Annotated[
-        float, Meta(gt=0, description="Seconds of silence after which async servers drop a worker.")
-    ] = 30.0
-    feeding: Annotated[
-        Literal["between-graph", "in-graph"],
-        Meta(
-            description="between-graph: each worker reads its own data shard; in-graph: server 0 "
-            "reads the data and sends each worker its batch with its reply."
-        ),
-    ] = "between-graph"
-
-
-class Parallel(Base):
-    """Parallel dimensions; their product is the world size (one dimension may be -1 = the rest)."""
-
-    dp: Annotated[int, Meta(description="Data-parallel replicas (DDP); -1 fills the rest.")] = -1
-    fsdp: Annotated[int, Meta(description="Fully sharded (FSDP2) degree; -1 fills the rest.")] = 1
-    tp: Annotated[int, Meta(description="Tensor-parallel degree, inside one node.")] = 1
-    pp: Annotated[int, Meta(description="Pipeline stages.")] = 1
-    pp_schedule: Annotated[
-        Literal["gpipe", "1f1b", "interleaved1f1b"], Meta(description="Pipeline schedule.")
-    ] = "1f1b"
-    microbatches: Annotated[int, Meta(ge=1, description="Pipeline microbatches per step.")] = 4
-    reshard_after_forward: Annotated[
-        bool, Meta(description="FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2).")
-    ] = True
-    cpu_offload: Annotated[
-        bool,
-        Meta(
-            description="FSDP: keep parameters, gradients and optimizer state in host memory (FSDP2's "
-            "CPUOffloadPolicy; the optimizer step runs on the CPU). Needs fsdp sharding, no pp."
-        ),
-    ] = False
-    ps: Annotated[
-        ParameterServer | None, Meta(description="Parameter-server training instead of collectives.")
-    ] = None
-
-    def __post_init__(self) -> None:
-        check_request(self.degrees)
-        # (dp -1 with fsdp and tp 1 is the ddp request; a resolved layout names every degree)
-        plain_ddp = self.dp == -1 and self.fsdp == 1 and self.tp == 1
-        if self.cpu_offload and (plain_ddp or self.pp != 1 or self.ps is not None):
-            raise ValueError(
-                "cpu_offload is FSDP2's CPUOffloadPolicy: it needs fsdp sharding and no pp or ps "
-                "(e.g. parallel: {dp: 1, fsdp: -1, cpu_offload: true})"
-            )
-
-    @property
-    def degrees(self) -> dict[str, int]:
-        """The requested degree of every dim (-1: the rest of the world)."""
-        return {name: getattr(self, name) for name in DIMS}
-
-    def layout(self, world_size: int, tasks_per_node: int | None = None) -> Layout:
-        """The validated layout of these dims on ``world_size`` tasks; LayoutError names the dim."""
-        return Layout.plan(self.degrees, world_size, tasks_per_node)
-
-
-SHORTHANDS: dict[str, Parallel] = {
-    "ddp": Parallel(),
-    "fsdp": Parallel(dp=1, fsdp=-1),
-    "tp": Parallel(dp=1, tp=-1),
-    "pp": Parallel(dp=1, pp=-1),
-    "ps": Parallel(ps=ParameterServer()),
-}
 
 
 class Train(Base):
@@ -292,9 +208,8 @@ class Watchdog(Base):
 
     enabled: Annotated[bool, Meta(description="Watch the ranks' heartbeats for hangs.")] = True
     hang_timeout: Annotated[
-        float,
+        Seconds,
         Meta(
-            gt=0,
             description="Seconds: a rank whose step has not advanced for max(hang_timeout, "
             "step_time_factor x median step time) is hung.",
         ),
@@ -303,11 +218,11 @@ class Watchdog(Base):
         float, Meta(gt=0, description="How many median step times a step may take before it is a hang.")
     ] = 10.0
     startup_timeout: Annotated[
-        float,
-        Meta(gt=0, description="Seconds allowed until the first steps (imports, compile, checkpoint load)."),
+        Seconds,
+        Meta(description="Seconds allowed until the first steps (imports, compile, checkpoint load)."),
     ] = 600.0
     slow_phase_timeout: Annotated[
-        float, Meta(gt=0, description="Seconds allowed for slow phases: checkpoint saves, evaluation.")
+        Seconds, Meta(description="Seconds allowed for slow phases: checkpoint saves, evaluation.")
     ] = 600.0
     heartbeat_interval: Annotated[
         float,
@@ -377,14 +292,8 @@ class JobSpec(Base):
         list[ShellLine],
         Meta(description="Shell lines run before launch (module loads, venv activation); run as written."),
     ] = []
-    array: Annotated[
-        Annotated[str, Meta(pattern=r"\A[0-9,\-:%]+\Z")] | None,
-        Meta(description="Job array indices, Slurm syntax (0-7%2)."),
-    ] = None
-    dependency: Annotated[
-        Annotated[str, Meta(pattern=r"\A[a-z]+(:[0-9_+]+)+([,?][a-z]+(:[0-9_+]+)+)*\Z")] | None,
-        Meta(description="Slurm dependency (afterok:123)."),
-    ] = None
+    array: Annotated[ArrayIndices | None, Meta(description="Job array indices, Slurm syntax (0-7%2).")] = None
+    dependency: Annotated[Dependency | None, Meta(description="Slurm dependency (afterok:123).")] = None
     preemption: Annotated[
         Preemption | None,
         Meta(description="Signal before the time limit, and requeue; site default if unset."),
@@ -394,7 +303,7 @@ class JobSpec(Base):
         Meta(description="Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."),
     ] = None
     comment: Annotated[
-        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")] | None,
+        Comment | None,
         Meta(
             description="Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."
         ),
@@ -404,7 +313,7 @@ class JobSpec(Base):
         Meta(description="When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."),
     ] = []
     mail_user: Annotated[
-        Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")] | None,
+        MailUser | None,
         Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
     ] = None
     sbatch: Annotated[
