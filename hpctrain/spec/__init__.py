@@ -3,7 +3,7 @@
 Both halves read these types: the login-node CLI validates YAML into them, and the runtime decodes
 the resolved copy (``spec.json`` in the run directory) back into the same types. Field docs are
 the help text (``hpctrain explain``) and the reference in docs/job-spec.md. The package is split by
-concern: ``job`` (the job's structs), ``parallel`` (its layout request), ``site`` (the cluster's),
+concern: ``job`` (the job's structs), ``sweep`` (its sweep section), ``site`` (the cluster's),
 ``resolve`` (loading, overrides and the job-against-site checks), ``base`` (the base struct and the
 value types both halves use) and ``docs`` (field documentation); this module is its one interface.
 
@@ -14,8 +14,17 @@ from hpctrain.errors import SpecError
 from hpctrain.slurm_values import NAME, memory_mb, time_minutes
 from hpctrain.spec.base import Base
 from hpctrain.spec.docs import field_docs
-from hpctrain.spec.job import EarlyStop, JobSpec, Preemption, Resources, Restart, Sweep, Train, Watchdog
-from hpctrain.spec.parallel import SHORTHANDS, Parallel, ParameterServer
+from hpctrain.spec.job import (
+    SHORTHANDS,
+    JobSpec,
+    Parallel,
+    ParameterServer,
+    Preemption,
+    Resources,
+    Restart,
+    Train,
+    Watchdog,
+)
 from hpctrain.spec.resolve import (
     Resolved,
     apply_overrides,
@@ -27,6 +36,7 @@ from hpctrain.spec.resolve import (
     resolve,
 )
 from hpctrain.spec.site import Network, Partition, Site
+from hpctrain.spec.sweep import EarlyStop, Sweep
 
 __all__ = [
     "NAME",

@@ -1,6 +1,6 @@
-"""JobSpec: what a job asks for (resources, training, faults, sweep), with field docs as help text.
+"""JobSpec: what a job asks for (resources, training, layout, faults), with field docs as help text.
 
-The parallel layout request (``train.parallel``) has its own module, ``parallel.py``.
+The sweep section (``sweep:``) has its own module, ``sweep.py``.
 """
 
 import re
@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from hpctrain.layout import DIMS, Layout, check_request
 from hpctrain.slurm_values import (
     MAIL_TYPES,
     NAME,
@@ -26,7 +27,7 @@ from hpctrain.slurm_values import (
     time_minutes,
 )
 from hpctrain.spec.base import Base, EnvValue, NodeName, Seconds, ShellLine, SlurmWord
-from hpctrain.spec.parallel import SHORTHANDS, Parallel
+from hpctrain.spec.sweep import Sweep
 
 # ----------------------------------------------------------------------------------------------
 # Job spec
@@ -80,6 +81,93 @@ class Resources(Base):
         if self.tasks_per_node is not None:
             return self.tasks_per_node
         return self.gpus_per_node or 1
+
+
+class ParameterServer(Base):
+    servers: Annotated[int, Meta(ge=1, description="Server processes holding parameter shards.")] = 1
+    mode: Annotated[
+        Literal["sync", "async", "bounded"],
+        Meta(
+            description="sync: average all workers per step; async: apply on arrival; "
+            "bounded: async with at most `staleness` steps of lag."
+        ),
+    ] = "sync"
+    staleness: Annotated[int, Meta(ge=0, description="Staleness limit for bounded mode.")] = 2
+    heterogeneous: Annotated[
+        bool,
+        Meta(
+            description="Submit servers as their own Slurm hetjob component; false runs them in "
+            "the workers' allocation."
+        ),
+    ] = True
+    partition: Annotated[SlurmWord | None, Meta(description="Partition for the servers.")] = None
+    nodes: Annotated[int, Meta(ge=1, description="Nodes for the server component.")] = 1
+    cpus_per_server: Annotated[int, Meta(ge=1, description="CPU cores per server.")] = 1
+    mem: Annotated[str | None, Meta(description="Memory per server node (Slurm syntax).")] = None
+    worker_timeout: Annotated[
+        Seconds, Meta(description="Seconds of silence after which async servers drop a worker.")
+    ] = 30.0
+    feeding: Annotated[
+        Literal["between-graph", "in-graph"],
+        Meta(
+            description="between-graph: each worker reads its own data shard; in-graph: server 0 "
+            "reads the data and sends each worker its batch with its reply."
+        ),
+    ] = "between-graph"
+
+
+class Parallel(Base):
+    """Parallel dimensions; their product is the world size (one dimension may be -1 = the rest)."""
+
+    dp: Annotated[int, Meta(description="Data-parallel replicas (DDP); -1 fills the rest.")] = -1
+    fsdp: Annotated[int, Meta(description="Fully sharded (FSDP2) degree; -1 fills the rest.")] = 1
+    tp: Annotated[int, Meta(description="Tensor-parallel degree, inside one node.")] = 1
+    pp: Annotated[int, Meta(description="Pipeline stages.")] = 1
+    pp_schedule: Annotated[
+        Literal["gpipe", "1f1b", "interleaved1f1b"], Meta(description="Pipeline schedule.")
+    ] = "1f1b"
+    microbatches: Annotated[int, Meta(ge=1, description="Pipeline microbatches per step.")] = 4
+    reshard_after_forward: Annotated[
+        bool, Meta(description="FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2).")
+    ] = True
+    cpu_offload: Annotated[
+        bool,
+        Meta(
+            description="FSDP: keep parameters, gradients and optimizer state in host memory (FSDP2's "
+            "CPUOffloadPolicy; the optimizer step runs on the CPU). Needs fsdp sharding, no pp."
+        ),
+    ] = False
+    ps: Annotated[
+        ParameterServer | None, Meta(description="Parameter-server training instead of collectives.")
+    ] = None
+
+    def __post_init__(self) -> None:
+        check_request(self.degrees)
+        # (dp -1 with fsdp and tp 1 is the ddp request; a resolved layout names every degree)
+        plain_ddp = self.dp == -1 and self.fsdp == 1 and self.tp == 1
+        if self.cpu_offload and (plain_ddp or self.pp != 1 or self.ps is not None):
+            raise ValueError(
+                "cpu_offload is FSDP2's CPUOffloadPolicy: it needs fsdp sharding and no pp or ps "
+                "(e.g. parallel: {dp: 1, fsdp: -1, cpu_offload: true})"
+            )
+
+    @property
+    def degrees(self) -> dict[str, int]:
+        """The requested degree of every dim (-1: the rest of the world)."""
+        return {name: getattr(self, name) for name in DIMS}
+
+    def layout(self, world_size: int, tasks_per_node: int | None = None) -> Layout:
+        """The validated layout of these dims on ``world_size`` tasks; LayoutError names the dim."""
+        return Layout.plan(self.degrees, world_size, tasks_per_node)
+
+
+SHORTHANDS: dict[str, Parallel] = {
+    "ddp": Parallel(),
+    "fsdp": Parallel(dp=1, fsdp=-1),
+    "tp": Parallel(dp=1, tp=-1),
+    "pp": Parallel(dp=1, pp=-1),
+    "ps": Parallel(ps=ParameterServer()),
+}
 
 
 class Train(Base):
@@ -232,48 +320,6 @@ class Watchdog(Base):
             "node, whatever its rank count).",
         ),
     ] = 5.0
-
-
-class EarlyStop(Base):
-    """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
-
-    after_steps: Annotated[
-        int, Meta(ge=1, description="M: the first step at which trials are compared (an eval step).")
-    ]
-    min_trials: Annotated[
-        int, Meta(ge=2, description="Trials that must have reached a step before any is ended there.")
-    ] = 3
-
-
-class Sweep(Base):
-    """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
-
-    grid: Annotated[
-        dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], list[EnvValue]],
-        Meta(description="Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."),
-    ] = {}
-    random: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        Meta(description="Run this many distinct combinations drawn from the grid, not all of them."),
-    ] = None
-    seed: Annotated[int, Meta(description="Seed of the random draw: the same seed, the same trials.")] = 0
-    max_parallel: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
-        Meta(description="Trials running at once (the array's %K); unset = no limit."),
-    ] = None
-    metric: Annotated[
-        str,
-        Meta(
-            pattern=r"\A[a-z_]+\Z",
-            description="Result field that ranks trials: eval_loss, eval_accuracy, final_loss...",
-        ),
-    ] = "eval_loss"
-    mode: Annotated[
-        Literal["min", "max"], Meta(description="Whether a lower or a higher metric is better.")
-    ] = "min"
-    early_stop: Annotated[
-        EarlyStop | None, Meta(description="End trials that fall behind (successive halving); unset = never.")
-    ] = None
 
 
 class JobSpec(Base):

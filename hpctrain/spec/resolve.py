@@ -14,8 +14,7 @@ from hpctrain.slurm_values import (
     time_minutes,
 )
 from hpctrain.spec.base import Base
-from hpctrain.spec.job import JobSpec, Preemption, Resources
-from hpctrain.spec.parallel import SHORTHANDS, Parallel, ParameterServer
+from hpctrain.spec.job import SHORTHANDS, JobSpec, Parallel, ParameterServer, Preemption, Resources
 from hpctrain.spec.site import Partition, Site
 
 # ----------------------------------------------------------------------------------------------
