@@ -5,6 +5,12 @@ The floor for a Python CLI is a process that imports only jinja2 and yaml and th
 slurmctld RPCs that one `hpctrain status` poll costs (from sdiag), for 200 tracked jobs.
 
     python benchmarks/bench_cli.py [--runs 15] [--tracked 200]
+    python benchmarks/bench_cli.py --against /path/to/old/checkout [--runs 21]
+
+With ``--against``, render and submit of this checkout and of the other one (for example a
+``git worktree add`` of an older commit) are timed instead, run by run in turns (the order swapped
+every run), each with its own job file, site profiles and PYTHONPATH: load on the machine falls on
+both alike, and the ratio this / other is the regression (or the gain).
 """
 
 from __future__ import annotations
@@ -13,6 +19,7 @@ import argparse
 import json
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -49,24 +56,83 @@ def rpc_total() -> int:
     )
 
 
+def hold_job() -> str:
+    """A held job that the submitted jobs depend on: they wait, so submission is measured, not training."""
+    argv = ["sbatch", "--parsable", "--hold", "--wrap", "true"]
+    return subprocess.run(argv, capture_output=True, text=True, check=True).stdout.strip().split(";")[0]
+
+
+def paired(other: Path, runs: int) -> None:
+    """render and submit of this checkout against `other`'s, interleaved run by run."""
+    env = {**os.environ, "HPCTRAIN_HOME": tempfile.mkdtemp(prefix="hpctrain-bench-")}
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    trees = {"this": REPO, "other": other.resolve()}
+    hold = hold_job()
+    held = ["--set", f"dependency=afterok:{hold}", "--set", "train.steps=1"]
+    submitted: list[str] = []
+    load_before = os.getloadavg()[0]
+
+    def once(tree: Path, verb: str) -> tuple[float, float]:
+        """Wall ms and CPU ms (user + system of the process and what it ran, e.g. sbatch)."""
+        argv = [sys.executable, "-m", "hpctrain.cli.main", verb, str(tree / "jobs" / "digits-ddp.yaml")]
+        argv += ["--site", "local", *held, *(["--json"] if verb == "submit" else [])]
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)  # microseconds; os.times() ticks 10 ms
+        start = time.perf_counter()
+        proc = subprocess.run(
+            argv, capture_output=True, text=True, cwd=tree, env={**env, "PYTHONPATH": str(tree)}
+        )
+        elapsed = time.perf_counter() - start
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if proc.returncode != 0:
+            raise SystemExit(f"{tree}: {verb} failed: {proc.stderr}")
+        if verb == "submit":
+            submitted.append(json.loads(proc.stdout)["job_id"])
+        cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
+        return elapsed * 1000, cpu * 1000
+
+    try:
+        print(f"{'command':16} {'this ms':>8} {'other ms':>8} {'ratio':>6} {'paired':>6} {'CPU ratio':>9}")
+        for verb in ("render", "submit"):
+            wall: dict[str, list[float]] = {"this": [], "other": []}
+            cpu: dict[str, list[float]] = {"this": [], "other": []}
+            for name in trees:  # one untimed run each: page cache, Jinja's bytecode cache
+                once(trees[name], verb)
+            for i in range(runs):
+                for name in ("this", "other") if i % 2 == 0 else ("other", "this"):
+                    elapsed, used = once(trees[name], verb)
+                    wall[name].append(elapsed)
+                    cpu[name].append(used)
+            this, that = (statistics.median(wall[n]) for n in ("this", "other"))
+            pairs = statistics.median(a / b for a, b in zip(wall["this"], wall["other"], strict=True))
+            cpu_ratio = statistics.median(cpu["this"]) / statistics.median(cpu["other"])
+            print(
+                f"hpctrain {verb:7} {this:8.1f} {that:8.1f} {this / that:6.3f} {pairs:6.3f} {cpu_ratio:9.3f}"
+            )
+        print(
+            f"wall ms, median of {runs}; ratio: of the medians; paired: median of the run-by-run ratios; "
+            "CPU ratio: of the median CPU times (less sensitive to other load)"
+        )
+    finally:
+        subprocess.run(["scancel", hold, *submitted], check=False)
+    print(f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}; other: {other}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=15)
     parser.add_argument("--tracked", type=int, default=200)
+    parser.add_argument("--against", type=Path, help="another checkout: time render and submit against it")
     args = parser.parse_args()
+    if args.against:
+        paired(args.against, args.runs)
+        return
 
     home = Path(tempfile.mkdtemp(prefix="hpctrain-bench-"))
     env = {**os.environ, "HPCTRAIN_HOME": str(home)}
     py = sys.executable
     cli = [py, "-m", "hpctrain.cli.main"]
     # Jobs wait behind a held job, so the benchmark measures submission, not training.
-    hold = (
-        subprocess.run(
-            ["sbatch", "--parsable", "--hold", "--wrap", "true"], capture_output=True, text=True, check=True
-        )
-        .stdout.strip()
-        .split(";")[0]
-    )
+    hold = hold_job()
     held = ["--set", f"dependency=afterok:{hold}", "--set", "train.steps=1"]
     submitted: list[str] = []
     try:

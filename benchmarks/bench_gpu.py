@@ -14,6 +14,8 @@ logged intervals after warm-up; MFU is against the H200's dense bf16 peak (989 T
                                                  # same data and weights, losses, profiles by category
     python benchmarks/bench_gpu.py --suite fp8-tune  # issue 15: fp8 variants (fast accumulation, exclusions)
     python benchmarks/bench_gpu.py --suite fp8-b32   # issue 15: global batch 32, fp8 at one micro-batch
+    python benchmarks/bench_gpu.py --suite fp8-loss  # issue 15: 200-step loss, fp8 fast accum, noise floor
+    python benchmarks/bench_gpu.py --suite fp8-product  # issue 15: the runtime in bf16 and fp8, hand loop
 
 Run dirs (with 10.8 GB checkpoints) go to --out (default /tmp/bench-gpu), the JSON results and
 profiles to --results (default $OUT). MFU counts every FLOP at the bf16 peak, fp8 runs included.
@@ -417,6 +419,29 @@ SUITES: dict[str, list[dict[str, Any]]] = {
         {**FP8_COMMON, "steps": 40, "name": "fp8-tw-mlponly", "precision": "fp8", "exclude": ["attn."]},
         {**FP8_COMMON, "steps": 40, "name": "fp8-tw-cdt", "precision": "fp8", "inductor": CDT},
         {**FP8_COMMON, "steps": 40, "name": "bf16-m16-cdt", "inductor": CDT},
+    ],
+    # the loss after 200 steps, fp8 tensorwise-fast against bf16, with bf16 against bf16 summed in
+    # another order (micro-batch 8 x 2) as the noise floor, all in one call
+    "fp8-loss": [
+        {**FP8_COMMON, "name": "bf16-m16"},
+        {**FP8_COMMON, "name": "fp8-twfast-m16", "precision": "fp8", "recipe": "tensorwise-fast"},
+        {**FP8_COMMON, "name": "bf16-m8x2", "micro": 8},
+    ],
+    # what a user gets: the runtime at a global batch of 16 in bf16 and fp8 against the bf16 hand loop
+    "fp8-product": [
+        {"kind": "hand", "name": "hand-bf16-b16", "steps": 40, "batch": 16},
+        {"kind": "hpctrain", "name": "hpctrain-bf16-b16", "steps": 40, "batch_size": 16},
+        *(
+            {
+                "kind": "hpctrain",
+                "name": f"hpctrain-fp8-{recipe}-b16",
+                "steps": 40,
+                "batch_size": 16,
+                "precision": "fp8",
+                "fp8_recipe": recipe,
+            }
+            for recipe in ("tensorwise-fast", "tensorwise")
+        ),
     ],
     # the same at a global batch of 32, where fp8's freed memory allows one micro-batch of 32
     "fp8-b32": [

@@ -9,7 +9,7 @@ Ranks are laid out with tp innermost (tensor-parallel peers are consecutive rank
 node), then fsdp, then dp, then pp outermost:
 ``rank = ((pp_i * dp + dp_i) * fsdp + fsdp_i) * tp + tp_i``.
 
-A dimension is *active* (``*_enabled``, part of the mesh) when its degree is > 1, or when it is a
+A dimension is *active* (``enabled(dim)``, part of the mesh) when its degree is > 1, or when it is a
 model-parallel dim (pp, fsdp, tp) that the spec asked for with -1 ("all the rest") and that came
 out at 1: ``parallel: fsdp`` on one device runs FSDP's code path, so a job tried on one device
 exercises the layout it will use on many.
@@ -18,7 +18,8 @@ exercises the layout it will use on many.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+
+import msgspec
 
 DIMS: tuple[str, ...] = ("pp", "dp", "fsdp", "tp")
 """Mesh order, outermost first."""
@@ -61,17 +62,17 @@ def _product(values: Mapping[str, int] | list[int]) -> int:
     return result
 
 
-@dataclass(frozen=True)
-class Layout:
+class Layout(msgspec.Struct, frozen=True):
     """Degrees whose product is the world size; ``requested``: model-parallel dims asked for with -1,
-    active even at degree 1."""
+    active even at degree 1. A msgspec struct, not a dataclass: the CLI imports it, and msgspec is
+    loaded already (a dataclass costs the dataclasses import and an ``exec`` at start-up)."""
 
     world_size: int
     pp: int = 1
     dp: int = 1
     fsdp: int = 1
     tp: int = 1
-    requested: frozenset[str] = field(default_factory=frozenset)
+    requested: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:
         _check_positive("world_size", self.world_size)
@@ -141,23 +142,8 @@ class Layout:
         return {name: getattr(self, name) for name in DIMS}
 
     def enabled(self, name: str) -> bool:
+        """Whether dim `name` is active: degree > 1, or requested with -1 (the one rule)."""
         return getattr(self, name) > 1 or name in self.requested
-
-    @property
-    def pp_enabled(self) -> bool:
-        return self.enabled("pp")
-
-    @property
-    def dp_enabled(self) -> bool:
-        return self.enabled("dp")
-
-    @property
-    def fsdp_enabled(self) -> bool:
-        return self.enabled("fsdp")
-
-    @property
-    def tp_enabled(self) -> bool:
-        return self.enabled("tp")
 
     @property
     def mesh_dims(self) -> tuple[str, ...]:
@@ -174,7 +160,7 @@ class Layout:
         for name in STRATEGY_ORDER:
             if self.enabled(name):
                 return name
-        return "ddp" if self.dp_enabled else "single"
+        return "ddp" if self.enabled("dp") else "single"
 
     @property
     def name(self) -> str:

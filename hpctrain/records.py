@@ -377,12 +377,14 @@ def _replace(path: Path, data: bytes, durable: bool = True) -> None:
 
 def write_record(run: Run) -> None:
     """record.json in the run directory: the run's own copy of what the index says."""
-    from hpctrain.attempts import run_summary
-
     fields = {**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)}
-    # The restart history as of this state change (attempts.jsonl; absent for unsupervised runs).
-    if (restarts := run_summary(RunDir(run.run_dir))) is not None:
-        fields["restarts"] = msgspec.to_builtins(restarts)
+    # The restart history as of this state change (attempts.jsonl; absent at submission and for
+    # unsupervised runs, and then its reader is not even imported: submit starts faster).
+    if RunDir(run.run_dir).attempts.exists():
+        from hpctrain.attempts import run_summary
+
+        if (restarts := run_summary(RunDir(run.run_dir))) is not None:
+            fields["restarts"] = msgspec.to_builtins(restarts)
     data = msgspec.json.format(msgspec.json.encode(fields), indent=2) + b"\n"
     try:
         _replace(RunDir(run.run_dir).record, data, durable=False)

@@ -14,7 +14,7 @@ import msgspec
 from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.resources import data_folder
-from hpctrain.rundir import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
+from hpctrain.rundir_names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.slurm_values import memory_mb, signal_name
 from hpctrain.spec import Resolved
 

@@ -95,7 +95,8 @@ def read_text(path: Path) -> str:
     if len(data) > MAX_FILE_BYTES:
         raise SpecError(f"{path}: larger than {MAX_FILE_BYTES >> 20} MiB; not a spec file")
     try:
-        return data.decode("utf-8-sig")
+        # A leading byte-order mark is dropped (not the utf-8-sig codec: one more import at start-up).
+        return data.decode("utf-8").removeprefix("\ufeff")
     except UnicodeDecodeError as err:
         raise SpecError(
             f"{path}: not UTF-8 text (byte {err.start}: {data[err.start : err.start + 1]!r})"

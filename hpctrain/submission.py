@@ -6,17 +6,21 @@ import contextlib
 import shutil
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import msgspec
 
 from hpctrain import sites, spec
 from hpctrain.backends import select_backend
-from hpctrain.backends.base import Backend, BackendError, JobState
+from hpctrain.backends.base import BackendError, JobState
 from hpctrain.entry_check import check_job
-from hpctrain.records import SUBMIT_FAILED, Index, Run
 from hpctrain.render import batch_options, render, slurm_directive_path
 from hpctrain.resources import job_file
-from hpctrain.rundir import RunDir, SubmitInfo, write_json
+
+if TYPE_CHECKING:
+    # Imported where a run is recorded: `render` (a dry run) records nothing and starts faster.
+    from hpctrain.backends.base import Backend
+    from hpctrain.records import Index, Run
 
 
 class Request(msgspec.Struct):
@@ -70,6 +74,9 @@ def submit(
     before the script is written removes it, a later one (the scheduler refused, sbatch is missing,
     Ctrl-C) records the run as SUBMIT_FAILED with the reason.
     """
+    from hpctrain.records import SUBMIT_FAILED, Index, Run
+    from hpctrain.rundir import RunDir
+
     index = index or Index()
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
@@ -115,6 +122,8 @@ def _write_run_dir(
     site: str,
     overrides: list[str] | None,
 ) -> None:
+    from hpctrain.rundir import RunDir, SubmitInfo, write_json
+
     script = render(resolved, run_dir, template=backend.template)
     paths = RunDir(run_dir)
     paths.spec.write_bytes(spec.dumps(resolved))
@@ -137,6 +146,8 @@ def _reason(err: BaseException) -> str:
 
 def _remove_or_record(index: Index, run: Run, why: str) -> None:
     """Nothing was submitted: remove the run directory, or, if that fails too, record why it exists."""
+    from hpctrain.records import SUBMIT_FAILED
+
     shutil.rmtree(run.run_dir, ignore_errors=True)
     if run.run_dir.exists():
         run.state, run.reason = SUBMIT_FAILED, why

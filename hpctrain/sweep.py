@@ -9,9 +9,7 @@ use indices 1001-2000). ``sweep.json`` in the root records the trials and the ar
 
 from __future__ import annotations
 
-import math
 import os
-import random
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -22,12 +20,12 @@ from hpctrain import rundir, spec
 from hpctrain.backends.base import JobState
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.records import SUBMIT_FAILED, Index, Run
+from hpctrain.sweep_grid import Value, describe, expand, parse_grid_option
 
 if TYPE_CHECKING:
     from hpctrain.backends.base import Backend
 
 SWEEP_FILE = "sweep.json"
-Value = str | int | float | bool
 
 
 class Trial(msgspec.Struct, frozen=True):
@@ -73,63 +71,8 @@ class SweepRecord(msgspec.Struct, kw_only=True):
 
 
 # ---------------------------------------------------------------------------------------------
-# Expansion
+# Trials (the grid's expansion is in sweep_grid.py)
 # ---------------------------------------------------------------------------------------------
-
-
-def grid_size(grid: dict[str, list[Value]]) -> int:
-    return math.prod(len(values) for values in grid.values())
-
-
-def combination(grid: dict[str, list[Value]], number: int) -> dict[str, Value]:
-    """The `number`-th point of the grid's product, the last key varying fastest (as itertools.product)."""
-    picked: dict[str, Value] = {}
-    for key in reversed(list(grid)):
-        values = grid[key]
-        number, position = divmod(number, len(values))
-        picked[key] = values[position]
-    return {key: picked[key] for key in grid}
-
-
-def expand(grid: dict[str, list[Value]], draw: int | None = None, seed: int = 0) -> list[dict[str, Value]]:
-    """Every combination once, or `draw` distinct ones chosen by `seed` (in grid order)."""
-    if not grid:
-        raise SpecError("sweep.grid: nothing to sweep; give --grid KEY=V1,V2 or a sweep.grid section")
-    for key, values in grid.items():
-        if not values:
-            raise SpecError(f"sweep.grid.{key}: no values")
-        seen: list[Value] = []
-        for value in values:
-            if any(type(value) is type(v) and value == v for v in seen):
-                raise SpecError(f"sweep.grid.{key}: {value!r} is listed twice")
-            seen.append(value)
-    total = grid_size(grid)
-    if draw is None:
-        numbers: range | list[int] = range(total)
-    elif draw > total:
-        raise SpecError(f"sweep.random: {draw} trials asked, the grid has only {total} combinations")
-    else:
-        numbers = sorted(_draw(total, draw, random.Random(seed)))
-    return [combination(grid, n) for n in numbers]
-
-
-def _draw(total: int, count: int, rng: random.Random) -> list[int]:
-    """`count` distinct numbers below `total`; a grid too large for `range` is drawn from by rejection."""
-    if total < 2**62:
-        return rng.sample(range(total), count)
-    picked: set[int] = set()
-    while len(picked) < count:  # count is far below total here: a repeat is rare
-        picked.add(rng.randrange(total))
-    return list(picked)
-
-
-def parse_grid_option(text: str) -> tuple[str, list[Value]]:
-    """`train.lr=1e-3,3e-3` -> ('train.lr', [0.001, 0.003]); values parse as `--set` values do."""
-    key, sep, raw = text.partition("=")
-    if not sep or not key or not raw:
-        raise SpecError(f"--grid {text!r}: expected dotted.key=VALUE1,VALUE2,...")
-    values = [spec.apply_overrides({}, [f"value={item}"], "--grid")["value"] for item in raw.split(",")]
-    return key, values
 
 
 def settings(job: spec.JobSpec, grid: list[str], **given: Any) -> spec.Sweep:
@@ -138,10 +81,6 @@ def settings(job: spec.JobSpec, grid: list[str], **given: Any) -> spec.Sweep:
     data["grid"] = {**data["grid"], **dict(parse_grid_option(item) for item in grid)}
     data.update({key: value for key, value in given.items() if value is not None})
     return spec.decode(spec.Sweep, data, "sweep")
-
-
-def describe(params: dict[str, Value]) -> str:
-    return ", ".join(f"{key}={value}" for key, value in params.items())
 
 
 def resolve_trials(

@@ -11,7 +11,8 @@ import msgspec
 
 from hpctrain import rundir
 from hpctrain.backends.base import TERMINAL, JobState, slurm_state
-from hpctrain.sweep import SweepRecord, Value, trial_dir
+from hpctrain.sweep import SweepRecord, trial_dir
+from hpctrain.sweep_grid import Value
 from hpctrain.sweep_prune import STOPPED_FILE, Stopped
 
 FINISHED_FILE = "trials-final.json"

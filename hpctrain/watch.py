@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -29,6 +28,7 @@ from hpctrain.rundir import (
     decode_line,
     tail_lines,
 )
+from hpctrain.slurm_facts import MAX_RANGE, FailedTask, srun_task_errors
 
 TERMINAL_NAMES = ENDED_STATES
 # The states whose run shows who failed and why (srun's word, the runtime's failure reports).
@@ -42,8 +42,6 @@ FAILURE_STATES = (
 FAILURE_NAMES = frozenset(s.value for s in FAILURE_STATES)
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
-# srun's line names tasks by ranges (`tasks 0-3,7`); one larger than this is shown as written.
-MAX_RANGE = 1024
 # Lines read back past the latest train line looking for the latest eval line.
 LOOK_BACK = 16
 # How a per-rank times line starts (msgspec writes the tag first).
@@ -64,14 +62,6 @@ class Progress(msgspec.Struct, omit_defaults=True):
     failures: list[FailureReport] = []
     unreadable: list[str] = []
     """One line per file (or metrics file) that did not decode."""
-
-
-class FailedTask(msgspec.Struct):
-    """srun's own word on a task that died: `srun: error: node2: task 3: Killed`."""
-
-    rank: str
-    node: str
-    error: str
 
 
 class Element(msgspec.Struct):
@@ -298,37 +288,7 @@ def wait_until_done(
         delay = min(interval, delay * 2)
 
 
-_SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
-
-
 def failed_tasks(run_dir: Path | RunDir, max_tasks: int = MAX_RANGE) -> list[FailedTask]:
     """srun's own word on which tasks died, from the end of the batch log(s)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    found: dict[str, FailedTask] = {}
-    for log in run.batch_logs():
-        for line in tail_lines(log, 200):
-            match = _SRUN_ERROR.search(line)
-            if not match:
-                continue
-            node, tasks, what = match.groups()
-            for task in task_ranks(tasks):
-                if len(found) >= max_tasks:
-                    return list(found.values())
-                found.setdefault(task, FailedTask(task, node, what.strip()))
-    return list(found.values())
-
-
-def task_ranks(ranges: str) -> list[str]:
-    """`0-2,7` -> 0 1 2 7; a range wider than MAX_RANGE, or one that is no range, stays as written."""
-    out: list[str] = []
-    for part in ranges.split(","):
-        low, dash, high = part.partition("-")
-        if dash and _small_number(low) and _small_number(high) and 0 <= int(high) - int(low) < MAX_RANGE:
-            out.extend(str(i) for i in range(int(low), int(high) + 1))
-        elif part:
-            out.append(part)
-    return out
-
-
-def _small_number(text: str) -> bool:
-    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()
+    return srun_task_errors((line for log in run.batch_logs() for line in tail_lines(log, 200)), max_tasks)

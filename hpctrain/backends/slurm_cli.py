@@ -6,7 +6,6 @@ import math
 import os
 import re
 import shutil
-import subprocess
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -15,6 +14,8 @@ from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState, mer
 from hpctrain.errors import SpecError
 
 if TYPE_CHECKING:
+    import subprocess
+
     from hpctrain.render import BatchOptions
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
@@ -76,6 +77,9 @@ class SlurmCliBackend(Backend):
             raise BackendError(
                 f"{argv[0]} not found: is this a Slurm login node? (PATH={os.environ.get('PATH', '')})"
             )
+        # Imported here: render selects this backend for its template and runs no command.
+        import subprocess
+
         limit = timeout_s()
         try:
             return subprocess.run(

@@ -128,7 +128,8 @@ def _report_sweep(root: Path, record: SweepRecord, out: Path | None) -> Written:
     from hpctrain.cli.sweep_report import plot
     from hpctrain.report.build import Trial, report_trials
     from hpctrain.report.summary import Subject
-    from hpctrain.sweep import Value, describe, trial_dir
+    from hpctrain.sweep import trial_dir
+    from hpctrain.sweep_grid import Value, describe
     from hpctrain.sweep_status import survey
     from hpctrain.watch import TERMINAL_NAMES
 

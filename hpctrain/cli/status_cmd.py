@@ -331,9 +331,12 @@ def _show_run(
     if failing:
         tasks = failed_tasks(root)
         reported = {str(f.rank): f for f in prog.failures}
+        hung = restarts is not None and restarts.last_outcome == "hang"
         for task in tasks[:SHOWN_FAILURES]:
             report = reported.get(task.rank)
             cause = report.error if report else task.error
+            if hung and not report and task.error == "Killed":
+                cause = "ended by the watchdog after the hang (Killed)"
             print(f"  {label}: rank {task.rank} on {_printable(task.node)} failed: {_printable(cause)}")
             if task.rank.isdigit():
                 for line in tail_lines(root.rank_log(task.rank), 5):

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.rundir.io import (
     FIRST_WINDOW,
@@ -54,65 +55,44 @@ from hpctrain.rundir.structs import (
     WorkerStats,
 )
 
-# ---------------------------------------------------------------------------------------------
-# File names: each spelled here once.
-# ---------------------------------------------------------------------------------------------
+# The file names: each spelled once, in hpctrain/rundir_names.py.
+from hpctrain.rundir_names import (
+    ARRAY_PREFIX,
+    ATTEMPTS,
+    BATCH_LOG,
+    CHECKPOINTS,
+    EXIT_CODES,
+    FAILURES,
+    FINAL_MODEL,
+    HANG_REPORT,
+    HEARTBEATS,
+    LOCAL_CANCELLED,
+    LOCAL_EXIT_CODE,
+    LOGS,
+    METRICS,
+    PIDS,
+    PREEMPT_FLAG,
+    PREFLIGHT_EXCLUDE,
+    PREFLIGHT_REPORT,
+    RECORD,
+    REQUEUE_REQUEST,
+    RESULT,
+    SCRIPT,
+    SLURM_ARRAY_BATCH_LOG,
+    SLURM_NODE_LOG,
+    SLURM_PREFLIGHT_LOG,
+    SLURM_RANK_LOG,
+    SPEC,
+    STACKS,
+    SUBMIT,
+    TENSORBOARD,
+    WORKER_METRICS,
+    rank_log_name,
+    template_files,
+)
 
-SPEC = "spec.json"
-SCRIPT = "job.sbatch"
-SUBMIT = "submit.json"
-RECORD = "record.json"
-METRICS = "metrics.jsonl"
-RESULT = "result.json"
-FAILURES = "failures"
-LOGS = "logs"
-BATCH_LOG = "batch.log"
-PIDS = "pids"
-EXIT_CODES = "exit-codes"
-PREEMPT_FLAG = "preempt.flag"
-REQUEUE_REQUEST = "requeue.request"
-CHECKPOINTS = "checkpoints"
-WORKER_METRICS = "metrics"
-HEARTBEATS = "heartbeats"
-FINAL_MODEL = "final_model.pt"
-LOCAL_EXIT_CODE = "local-exit-code"
-LOCAL_CANCELLED = "local-cancelled"
-PREFLIGHT_REPORT = "preflight.json"
-PREFLIGHT_EXCLUDE = "preflight-exclude"
-HANG_REPORT = "hang.json"  # in failures/
-STACKS = "stacks"  # in failures/
-ATTEMPTS = "attempts.jsonl"
-TENSORBOARD = "tensorboard"
-ARRAY_PREFIX = "array-"
-
-# Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
-SLURM_RANK_LOG = "rank-%t.log"
-SLURM_NODE_LOG = "node-%n.log"
-SLURM_ARRAY_BATCH_LOG = "batch-%a.log"
-SLURM_PREFLIGHT_LOG = "preflight-%t.log"
-
-
-def rank_log_name(rank: int | str) -> str:
-    return f"rank-{rank}.log"
-
-
-def template_files() -> dict[str, str]:
-    """The names the batch-script templates use, passed as the render context's ``files``."""
-    return {
-        "logs": LOGS,
-        "spec": SPEC,
-        "batch_log": BATCH_LOG,
-        "array_batch_log": SLURM_ARRAY_BATCH_LOG,
-        "rank_log": SLURM_RANK_LOG,
-        "node_log": SLURM_NODE_LOG,
-        "array_prefix": ARRAY_PREFIX,
-        "preempt_flag": PREEMPT_FLAG,
-        "requeue_request": REQUEUE_REQUEST,
-        "exit_codes": EXIT_CODES,
-        "preflight_exclude": PREFLIGHT_EXCLUDE,
-        "preflight_log": SLURM_PREFLIGHT_LOG,
-    }
-
+if TYPE_CHECKING:
+    import msgspec
 
 # ---------------------------------------------------------------------------------------------
 # The run directory.
@@ -246,23 +226,24 @@ class RunDir:
         return sorted(i for i, _ in numbered(sorted(self.names), ARRAY_PREFIX))
 
     # -- writers -------------------------------------------------------------------------------
-    def write_result(self, result: Result) -> Path:
+    def _write(self, path: Path, value: msgspec.Struct) -> Path:
+        """Every JSON writer: its folder made when it is a subfolder, the listing snapshot dropped."""
         self._names = None
-        return write_json(self.result, result)
+        if path.parent != self.root:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        return write_json(path, value)
+
+    def write_result(self, result: Result) -> Path:
+        return self._write(self.result, result)
 
     def write_failure(self, report: FailureReport) -> Path:
-        self._names = None
-        self.failures.mkdir(parents=True, exist_ok=True)
-        return write_json(self.failure(report.rank), report)
+        return self._write(self.failure(report.rank), report)
 
     def write_record(self, record: Record) -> Path:
-        self._names = None
-        return write_json(self.record, record)
+        return self._write(self.record, record)
 
     def write_heartbeat(self, beat: Heartbeat) -> Path:
-        self._names = None
-        self.heartbeats.mkdir(parents=True, exist_ok=True)
-        return write_json(self.heartbeat(beat.node), beat)
+        return self._write(self.heartbeat(beat.node), beat)
 
     def append_metric(self, line: MetricLine) -> None:
         self._names = None
@@ -333,13 +314,43 @@ class RunDir:
 
 
 __all__ = [
+    "ARRAY_PREFIX",
+    "ATTEMPTS",
+    "BATCH_LOG",
+    "CHECKPOINTS",
+    "EXIT_CODES",
+    "FAILURES",
+    "FINAL_MODEL",
     "FIRST_WINDOW",
+    "HANG_REPORT",
     "HEAD_BYTES",
+    "HEARTBEATS",
+    "LOCAL_CANCELLED",
+    "LOCAL_EXIT_CODE",
+    "LOGS",
     "MAX_JSON_BYTES",
     "MAX_LINE_BYTES",
     "MAX_LISTED",
+    "METRICS",
     "METRIC_KINDS",
+    "PIDS",
+    "PREEMPT_FLAG",
+    "PREFLIGHT_EXCLUDE",
+    "PREFLIGHT_REPORT",
+    "RECORD",
+    "REQUEUE_REQUEST",
+    "RESULT",
+    "SCRIPT",
+    "SLURM_ARRAY_BATCH_LOG",
+    "SLURM_NODE_LOG",
+    "SLURM_PREFLIGHT_LOG",
+    "SLURM_RANK_LOG",
+    "SPEC",
+    "STACKS",
+    "SUBMIT",
     "TAIL_BYTES",
+    "TENSORBOARD",
+    "WORKER_METRICS",
     "AttemptLine",
     "EvalLine",
     "EventLine",
@@ -367,6 +378,7 @@ __all__ = [
     "list_names",
     "metric_line",
     "numbered",
+    "rank_log_name",
     "read_json",
     "tail_lines",
     "template_files",

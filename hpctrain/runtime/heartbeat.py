@@ -124,27 +124,11 @@ def stack_signal(preemption_signal: str) -> signal.Signals:
 
 @dataclass(frozen=True)
 class Slot:
-    """One rank's slot as read back."""
+    """One rank's slot as read back: the rank, its process, and its entry of the node's file."""
 
     rank: int
     pid: int
-    phase: str
-    step: int
-    phase_since: float
-    step_since: float
-    step_s: float | None
-    alive: float
-
-    def beat(self) -> RankBeat:
-        return RankBeat(
-            step=self.step,
-            phase=self.phase,
-            time=self.alive,
-            phase_since=self.phase_since,
-            step_since=self.step_since,
-            step_s=self.step_s,
-            pid=self.pid,
-        )
+    beat: RankBeat
 
 
 def _finite(value: float) -> float:
@@ -162,16 +146,16 @@ def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
     code, step, phase_since, step_since, step_s = PROGRESS.unpack_from(buffer, start + PROGRESS_AT)
     (alive,) = ALIVE.unpack_from(buffer, start + ALIVE_AT)
     step_s = _finite(step_s)
-    return Slot(
-        rank=rank,
-        pid=pid,
-        phase=PHASES[code] if 0 <= code < len(PHASES) else UNKNOWN_PHASE,
+    beat = RankBeat(
         step=step,
+        phase=PHASES[code] if 0 <= code < len(PHASES) else UNKNOWN_PHASE,
+        time=_finite(alive),
         phase_since=_finite(phase_since),
         step_since=_finite(step_since),
         step_s=step_s if step_s >= 0 else None,
-        alive=_finite(alive),
+        pid=pid,
     )
+    return Slot(rank, pid, beat)
 
 
 def decode_slots(buffer: bytes | mmap.mmap) -> list[Slot]:
@@ -288,7 +272,7 @@ class RankHeartbeat:
             attempt=where.attempt,
             step_id=where.step_id or None,
             interval=where.interval,
-            ranks={slot.rank: slot.beat() for slot in decode_slots(self._map)},
+            ranks={slot.rank: slot.beat for slot in decode_slots(self._map)},
         )
         try:
             RunDir(where.run_dir).write_heartbeat(beat)

@@ -1,8 +1,9 @@
 """Options applied to the model before a layout wraps it: fp8 linears, activation checkpointing.
 
 ``train.precision: fp8`` swaps the model's large linear layers for torchao's float8 training
-linears (tensorwise dynamic scaling; matmuls in fp8 on the tensor cores, everything else under bf16
-autocast). Left in bf16, as usual: output layers (the LM head: its logits feed the loss directly),
+linears (``train.fp8_recipe``, by default tensorwise dynamic scaling with fast accumulation in
+the forward and both backward matmuls; matmuls in fp8 on the tensor cores, everything else under
+bf16 autocast). Left in bf16, as usual: output layers (the LM head: its logits feed the loss directly),
 layers with a dimension that is not a multiple of 16 (the fp8 matmul needs it) and small layers,
 whose casts cost more than the faster matmul saves. Parameter names do not change, so checkpoints
 load across precisions.
@@ -16,6 +17,7 @@ Both replace the block's ``forward`` in place, so names stay and ``torch.compile
 from __future__ import annotations
 
 import functools
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -25,18 +27,18 @@ from torch.utils.checkpoint import CheckpointPolicy, checkpoint, create_selectiv
 
 from hpctrain.runtime.task import Task
 from hpctrain.spec import Train
+from hpctrain.spec.job import DEFAULT_FP8_RECIPE, FP8Recipe
 
 OUTPUT_LAYER_NAMES = frozenset({"head", "lm_head", "output", "classifier"})
 MIN_FP8_FEATURES = 1024  # below this the per-step casts and amax reductions outweigh the fp8 matmul
 FP8_MIN_CAPABILITY = (8, 9)  # Ada and Hopper have fp8 tensor cores
-FP8_RECIPES = ("tensorwise", "rowwise", "rowwise_with_gw_hp")  # torchao's Float8LinearRecipeName values
-DEFAULT_FP8_RECIPE = "tensorwise"
+FP8_RECIPES: tuple[str, ...] = typing.get_args(FP8Recipe)
 
 
 def prepare(task: Task, train: Train, device_type: str) -> None:
     """Apply the job's precision and activation-checkpointing options to ``task.model`` in place."""
     if train.precision == "fp8":
-        convert_to_fp8(task.model, device_type)
+        convert_to_fp8(task.model, device_type, train.fp8_recipe)
     if train.activation_checkpointing != "none":
         if task.shard_units is None:
             raise ValueError(
@@ -92,7 +94,8 @@ def convert_to_fp8(
 
     ``exclude``: name fragments (``"attn."``) of linears to leave in bf16 as well.
     ``fast_accum_backward``: the two backward matmuls accumulate like the forward one (the fast,
-    less precise fp8 accumulation; torchao uses it only in the forward by default).
+    less precise fp8 accumulation; torchao uses it only in the forward by default). The recipe
+    ``tensorwise-fast`` is tensorwise with this on.
     """
     if recipe not in FP8_RECIPES:
         raise ValueError(f"fp8 recipe {recipe!r} is not one of {', '.join(FP8_RECIPES)}")
@@ -113,7 +116,8 @@ def convert_to_fp8(
             f"train.precision: fp8 found no linear layer to convert (both dims multiples of 16 and at "
             f"least {MIN_FP8_FEATURES}, output layers excluded)"
         )
-    config = Float8LinearConfig.from_recipe_name(recipe)
+    fast_accum_backward = fast_accum_backward or recipe == "tensorwise-fast"
+    config = Float8LinearConfig.from_recipe_name(recipe.removesuffix("-fast"))
     if fast_accum_backward:
         fast = Float8GemmConfig(use_fast_accum=True)
         config = dataclasses.replace(config, gemm_config_grad_input=fast, gemm_config_grad_weight=fast)

@@ -148,7 +148,9 @@ def collect_node(run: RunDir, job_id: str, attempt: int, node: str, signum: sign
     run.stacks.mkdir(parents=True, exist_ok=True)
     now = time.time()
     # Ask every responsive rank at once, then read py-spy's view meanwhile: one wait for all.
-    asked = {s.rank: ask_faulthandler(slots_file, s, signum) for s in slots if now - s.alive < SILENT_AFTER_S}
+    asked = {
+        s.rank: ask_faulthandler(slots_file, s, signum) for s in slots if now - s.beat.time < SILENT_AFTER_S
+    }
     with ThreadPoolExecutor(max_workers=PARALLEL_DUMPS) as pool:
         found = pool.map(py_spy_dump, [s.pid for s in slots], [s.rank in asked for s in slots])
         dumps = dict(zip([s.rank for s in slots], found, strict=True))
@@ -157,8 +159,8 @@ def collect_node(run: RunDir, job_id: str, attempt: int, node: str, signum: sign
         time.sleep(0.1)
     for slot in slots:
         header = (
-            f"rank {slot.rank} pid {slot.pid} on {node}: step {slot.step}, phase {slot.phase}, "
-            f"last sign of life {now - slot.alive:.1f} s ago\n"
+            f"rank {slot.rank} pid {slot.pid} on {node}: step {slot.beat.step}, phase {slot.beat.phase}, "
+            f"last sign of life {now - slot.beat.time:.1f} s ago\n"
         )
         parts = [header, "\n== py-spy dump ==\n", dumps[slot.rank]]
         where = asked.get(slot.rank)

@@ -35,12 +35,26 @@ from hpctrain.rundir import (
     RunDir,
     TrainLine,
     read_json,
+    tail_lines,
 )
+from hpctrain.slurm_facts import FailedTask, srun_task_errors
 from hpctrain.slurm_nodes import down_nodes, hostnames, is_dead, job_record, node_states
 from hpctrain.spec.job import Restart
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
+# srun's words for a task that a signal from outside ended (kill -9, the OOM killer, a crash in C).
+# Its teardown of the other tasks after the first one failed says "Terminated" (SIGTERM).
+KILLED_FROM_OUTSIDE = ("Killed", "Segmentation fault", "Aborted", "Bus error")
+# Errors a rank raises because a peer went away: the peer is to blame, not the rank that reports.
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "remote process exited",
+    "NCCL communicator was aborted",
+)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -60,6 +74,8 @@ class StepEnd:
     preflight_reason: str = ""
     hang: HangReport | None = None
     failures: list[FailureReport] = field(default_factory=list)
+    killed: list[FailedTask] = field(default_factory=list)
+    """Tasks of this step that srun says a signal from outside ended."""
     lost_nodes: list[str] = field(default_factory=list)
     latest_step: int | None = None
 
@@ -117,8 +133,17 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
     if end.lost_nodes:
         reason = f"{','.join(end.lost_nodes)} stopped answering"
         return ended(outcomes.NODE_FAILURE, reason, failed_nodes=end.lost_nodes, step=step)
+    reported = {f.rank for f in end.failures}
+    silent = [task for task in end.killed if not task.rank.isdigit() or int(task.rank) not in reported]
+    raised = [f for f in end.failures if not any(words in f.error for words in PEER_LOST)]
+    if silent and not raised:
+        # kill -9 and the OOM killer leave no report; the ranks that do report only lost their peer.
+        ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
+        peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
+        reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
+        return ended(outcomes.RANK_FAILURE, reason, step=step)
     if end.failures:
-        first = min(end.failures, key=lambda f: (f.time or 0.0, f.rank))
+        first = min(raised or end.failures, key=lambda f: (f.time or 0.0, f.rank))
         where = first.step if first.step is not None else step
         if signature(where, first.error) in history.failure_signatures():
             reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
@@ -197,6 +222,17 @@ def latest_step(run: RunDir) -> int | None:
     return max(steps, default=None)
 
 
+def attempt_task_errors(run: RunDir, attempt: int) -> list[FailedTask]:
+    """srun's error lines about the tasks of `attempt`: those after its line in the batch log."""
+    marker = f"hpctrain: attempt {attempt} on "
+    for log in run.batch_logs():
+        lines = tail_lines(log, 400)
+        starts = [i for i, line in enumerate(lines) if line.startswith(marker)]
+        if starts:
+            return srun_task_errors(lines[starts[-1] + 1 :])
+    return []
+
+
 def this_attempt(report: object, start: AttemptLine) -> bool:
     """A report written during the attempt (older ones are a previous attempt's, not yet moved)."""
     when = getattr(report, "time", None)
@@ -229,6 +265,7 @@ def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str])
         end.hang = hang
     reports = [f for f in run.read_failures() if isinstance(f, FailureReport)]
     end.failures = [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
+    end.killed = [t for t in attempt_task_errors(run, start.attempt) if t.error in KILLED_FROM_OUTSIDE]
     end.lost_nodes = lost_nodes(start.nodes, allocation)
     return end
 

@@ -53,24 +53,39 @@ def scalars(line: MetricLine) -> tuple[int, dict[str, float]]:
 
 
 class GuardedSink:
-    """A sink for :class:`hpctrain.runtime.metrics.Metrics` whose trouble never ends the training
-    (a full disk, no network): the first error stops it with one warning; metrics.jsonl goes on."""
+    """A sink for :class:`hpctrain.runtime.metrics.Metrics` that passes each line's scalars on, and
+    whose trouble never ends the training (a full disk, no network): the first error stops it with
+    one warning; metrics.jsonl goes on. After the last line of an attempt it closes: the runtime
+    leaves through os._exit (no atexit handlers), so nothing may stay buffered then."""
 
     label = "sink"
 
-    def __init__(self) -> None:
+    def __init__(self, target: Any) -> None:
+        self.target = target
+        """What the lines go to: a TensorBoard SummaryWriter, a W&B run."""
         self.stopped = False
 
     def __call__(self, line: MetricLine) -> None:
         if self.stopped:
             return
         try:
-            self._write(line)
+            step, values = scalars(line)
+            self._write(line, step, values)
+            if final_event(line):
+                self.close()
         except Exception as error:
             self.stopped = True
             log.warning("%s: %s; nothing more is written there by this attempt", self.label, error)
 
-    def _write(self, line: MetricLine) -> None:
+    def close(self) -> None:
+        if not self.stopped:
+            self.stopped = True  # closed: later lines are not written
+            self._close()
+
+    def _write(self, line: MetricLine, step: int, values: dict[str, float]) -> None:
+        raise NotImplementedError
+
+    def _close(self) -> None:
         raise NotImplementedError
 
 
@@ -79,23 +94,14 @@ class TensorBoardLog(GuardedSink):
 
     label = "TensorBoard event files"
 
-    def __init__(self, writer: Any) -> None:
-        super().__init__()
-        self.writer = writer
-
-    def _write(self, line: MetricLine) -> None:
-        step, values = scalars(line)
+    def _write(self, line: MetricLine, step: int, values: dict[str, float]) -> None:
         for tag, value in values.items():
-            self.writer.add_scalar(tag, value, step, walltime=line.time)
-        if final_event(line):
-            self.close()
-        elif isinstance(line, EvalLine) or (isinstance(line, EventLine) and line.event in FLUSH_EVENTS):
-            self.writer.flush()
+            self.target.add_scalar(tag, value, step, walltime=line.time)
+        if isinstance(line, EvalLine) or (isinstance(line, EventLine) and line.event in FLUSH_EVENTS):
+            self.target.flush()
 
-    def close(self) -> None:
-        if not self.stopped:
-            self.stopped = True  # closed: later lines are not written
-            self.writer.close()
+    def _close(self) -> None:
+        self.target.close()
 
 
 def open_log(run_dir: Path, rank: int, enabled: bool, resumed_step: int) -> TensorBoardLog | None:

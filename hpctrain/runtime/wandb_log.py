@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 import re
 from pathlib import Path
-from typing import Any
 
 import msgspec
 
 from hpctrain.rundir import EventLine, MetricLine, Record, RunDir
-from hpctrain.runtime.tensorboard_log import GuardedSink, final_event, scalars
+from hpctrain.runtime.tensorboard_log import GuardedSink
 from hpctrain.spec import Train
 
 log = logging.getLogger(__name__)
@@ -47,19 +46,14 @@ class WandbLog(GuardedSink):
 
     label = "W&B"
 
-    def __init__(self, run: Any) -> None:
-        super().__init__()
-        self.run = run
-
-    def _write(self, line: MetricLine) -> None:
-        step, values = scalars(line)
-        if values and step >= self.run.step:
-            self.run.log(values, step=step)
+    def _write(self, line: MetricLine, step: int, values: dict[str, float]) -> None:
+        if values and step >= self.target.step:
+            self.target.log(values, step=step)
         elif isinstance(line, EventLine) and line.event == "preempted":
-            self.run.mark_preempting()  # W&B shows the run as preempted, not crashed
-        if final_event(line):  # the runtime leaves through os._exit: W&B's atexit never runs
-            self.stopped = True
-            self.run.finish()
+            self.target.mark_preempting()  # W&B shows the run as preempted, not crashed
+
+    def _close(self) -> None:
+        self.target.finish()  # the runtime leaves through os._exit: W&B's atexit never runs
 
 
 def open_run(run_dir: Path, rank: int, train: Train) -> WandbLog | None:

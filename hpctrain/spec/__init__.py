@@ -3,8 +3,9 @@
 Both halves read these types: the login-node CLI validates YAML into them, and the runtime decodes
 the resolved copy (``spec.json`` in the run directory) back into the same types. Field docs are
 the help text (``hpctrain explain``) and the reference in docs/job-spec.md. The package is split by
-concern: ``job`` (the job's structs), ``site`` (the cluster's), ``resolve`` (loading, overrides and
-the job-against-site checks) and ``docs`` (field documentation); this module is its one interface.
+concern: ``job`` (the job's structs), ``sweep`` (its sweep section), ``site`` (the cluster's),
+``resolve`` (loading, overrides and the job-against-site checks), ``base`` (the base struct and the
+value types both halves use) and ``docs`` (field documentation); this module is its one interface.
 
 Imports stay light (msgspec, yaml): the CLI must start fast on a login node.
 """
@@ -15,14 +16,12 @@ from hpctrain.spec.base import Base
 from hpctrain.spec.docs import field_docs
 from hpctrain.spec.job import (
     SHORTHANDS,
-    EarlyStop,
     JobSpec,
     Parallel,
     ParameterServer,
     Preemption,
     Resources,
     Restart,
-    Sweep,
     Train,
     Watchdog,
 )
@@ -37,6 +36,7 @@ from hpctrain.spec.resolve import (
     resolve,
 )
 from hpctrain.spec.site import Network, Partition, Site
+from hpctrain.spec.sweep import EarlyStop, Sweep
 
 __all__ = [
     "NAME",

@@ -1,7 +1,19 @@
-"""The common base of every spec struct: unknown keys are errors, fields keyword-only and immutable."""
+"""The common base of every spec struct, and the value types that the job and site structs share."""
+
+from typing import Annotated
 
 import msgspec
+from msgspec import Meta
+
+# The vocabulary of both halves of the spec (job.py and site.py), named in one place.
+from hpctrain.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmWord
+
+Seconds = Annotated[float, Meta(gt=0)]
+"""A duration in seconds, > 0 (timeouts)."""
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Common options: unknown keys are errors, fields are keyword-only and immutable."""
+
+
+__all__ = ["Base", "EnvValue", "Line", "NodeName", "Seconds", "ShellLine", "SlurmWord"]

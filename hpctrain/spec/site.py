@@ -5,20 +5,8 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpctrain.slurm_values import (
-    NAME,
-    SLURM_WORD,
-    EnvValue,
-    Line,
-    NodeName,
-    ShellLine,
-    SlurmWord,
-    check,
-    check_env,
-    memory_mb,
-    time_minutes,
-)
-from hpctrain.spec.base import Base
+from hpctrain.slurm_values import NAME, SLURM_WORD, check, check_env, memory_mb, time_minutes
+from hpctrain.spec.base import Base, EnvValue, Line, NodeName, ShellLine, SlurmWord
 from hpctrain.spec.job import Preemption
 
 # ----------------------------------------------------------------------------------------------

@@ -107,8 +107,10 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
         history = History.read(RunDir(run))
         assert {line.job_id for line in history.lines} == {job_id}  # one allocation: no queue
         first_end, second_start = history.lines[1], history.lines[2]
+        # Blamed: the rank killed, not a peer that reported losing it.
+        assert first_end.reason.startswith("rank 1 on node1: Killed"), first_end.reason
         print(
-            f"\nrank killed: step ended after {first_end.time - killed:.0f} s, "
+            f"\nrank killed: {first_end.reason}\nstep ended after {first_end.time - killed:.0f} s, "
             f"relaunched after {second_start.time - killed:.0f} s"
         )
         assert "Restarts=0" in scontrol_job(job_id) or "Restarts" not in scontrol_job(job_id)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,8 @@ def test_paths_named_by_options_must_exist(hpctrain_home: Path) -> None:
 
 
 def test_defines_sees_every_binding() -> None:
-    assert defines("def build(t): pass", "build") is True
-    assert defines("from x import make as build", "build") is True
-    assert defines("build = make", "build") is True
-    assert defines("from x import *", "build") is None
-    assert defines("def other(): pass", "build") is False
+    assert defines(ast.parse("def build(t): pass"), "build") is True
+    assert defines(ast.parse("from x import make as build"), "build") is True
+    assert defines(ast.parse("build = make"), "build") is True
+    assert defines(ast.parse("from x import *"), "build") is None
+    assert defines(ast.parse("def other(): pass"), "build") is False

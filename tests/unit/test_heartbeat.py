@@ -75,11 +75,11 @@ def test_any_slot_content_decodes_to_its_fields(
     ALIVE.pack_into(buffer, start + ALIVE_AT, alive)
     slot = decode_slot(bytes(buffer), index)
     assert slot is not None
-    assert (slot.rank, slot.pid, slot.step) == (rank, pid, step)
-    assert slot.phase == (PHASES[code] if 0 <= code < len(PHASES) else "unknown")
-    for value in (slot.phase_since, slot.step_since, slot.alive):
+    assert (slot.rank, slot.pid, slot.beat.step) == (rank, pid, step)
+    assert slot.beat.phase == (PHASES[code] if 0 <= code < len(PHASES) else "unknown")
+    for value in (slot.beat.phase_since, slot.beat.step_since, slot.beat.time):
         assert value == value and abs(value) != float("inf")  # non-finite reads as 0
-    assert slot.step_s is None or slot.step_s >= 0
+    assert slot.beat.step_s is None or slot.beat.step_s >= 0
     assert [s.rank for s in decode_slots(bytes(buffer))] == [rank]
 
 
@@ -102,15 +102,30 @@ def test_slot_layout_fits_and_does_not_overlap() -> None:
 def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     beat = RankHeartbeat(where(tmp_path, rank=5, local_rank=1))
     (slot,) = heartbeat.read_slot_file(beat.path)
-    assert (slot.rank, slot.phase, slot.step, slot.step_s, slot.pid) == (5, "startup", -1, None, os.getpid())
+    assert (slot.rank, slot.beat.phase, slot.beat.step, slot.beat.step_s, slot.pid) == (
+        5,
+        "startup",
+        -1,
+        None,
+        os.getpid(),
+    )
     beat.mark("data", 10)
     beat.mark("forward")
     (slot,) = heartbeat.read_slot_file(beat.path)
-    assert (slot.phase, slot.step, slot.step_s) == ("forward", 10, None)  # the first step has not ended
-    since = slot.step_since
+    assert (slot.beat.phase, slot.beat.step, slot.beat.step_s) == (
+        "forward",
+        10,
+        None,
+    )  # the first step has not ended
+    since = slot.beat.step_since
     beat.mark("data", 11)
     (slot,) = heartbeat.read_slot_file(beat.path)
-    assert slot.step == 11 and slot.step_s is not None and slot.step_s >= 0 and slot.step_since >= since
+    assert (
+        slot.beat.step == 11
+        and slot.beat.step_s is not None
+        and slot.beat.step_s >= 0
+        and slot.beat.step_since >= since
+    )
     assert beat.path.parent == slot_dir and "77-2-nodeA" in beat.path.name
     other_run = RankHeartbeat(where(tmp_path / "other", rank=5, local_rank=1))
     assert other_run.path != beat.path  # two runs on one host never share slots
@@ -159,7 +174,7 @@ def test_start_registers_faulthandler_on_a_signal_that_is_not_the_preemption_sig
         assert started is not None and started.where.attempt == 3
         heartbeat.mark("eval", 4)
         (slot,) = heartbeat.read_slot_file(started.path)
-        assert (slot.phase, slot.step) == ("eval", 4)
+        assert (slot.beat.phase, slot.beat.step) == ("eval", 4)
         os.kill(os.getpid(), heartbeat.signal.SIGUSR2)
         time.sleep(0.2)
         text = heartbeat.stack_file(started.path, 0).read_text()

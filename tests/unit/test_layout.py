@@ -48,7 +48,6 @@ def test_valid_requests_resolve_to_their_degrees(case: tuple[dict[str, int], dic
     for name in DIMS:
         expected = degrees[name] > 1 or (request[name] == -1 and name != "dp")
         assert layout.enabled(name) is expected
-        assert getattr(layout, f"{name}_enabled") is expected
     assert layout.mesh_dims == tuple(n for n in DIMS if layout.enabled(n))
     assert math.prod(layout.mesh_shape) == world
 

@@ -119,7 +119,13 @@ def test_roles_from_the_runtimes_bootstrap(monkeypatch: pytest.MonkeyPatch) -> N
         monkeypatch.setenv(name, value)
     info = bootstrap.discover(env)
     lay = roles.roles(info, 2)
-    assert (lay.world_size, lay.is_server, lay.index, lay.workers, lay.node) == (6, False, 0, 4, "node2")
+    assert (lay.info.world_size, lay.is_server, lay.index, lay.workers, lay.info.hostname) == (
+        6,
+        False,
+        0,
+        4,
+        "node2",
+    )
     assert lay.name == "worker 0"
     with pytest.raises(ValueError, match="component 0 has 2 tasks"):
         roles.roles(info, 1)

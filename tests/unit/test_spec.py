@@ -72,6 +72,7 @@ def test_overrides_parse_scalars_and_nested_keys(tmp_path: Path) -> None:
         (["name=has space"], "name: Expected `str` of letters, digits and _.-"),
         (["resources.partition=debug;rm"], "resources.partition: Expected `str` of letters, digits"),
         (["train.parallel=zero"], "train.parallel: Invalid enum value 'zero'"),
+        (["train.fp8_recipe=blockwise"], "train.fp8_recipe: Invalid enum value 'blockwise'"),
         (["env.1BAD=x"], "env: '1BAD' is not a valid variable name"),
         (["train.parallel.dp=0"], "train.parallel.dp: must be >= 1 or -1, got 0"),
         (["nonsense"], "--set 'nonsense': expected dotted.key=value"),

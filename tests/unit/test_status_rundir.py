@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpctrain.rundir import FailureReport, Result, RunDir, WorkerStats, metric_line
-from hpctrain.watch import MAX_RANGE, task_ranks
+from hpctrain.rundir import AttemptLine, FailureReport, Result, RunDir, WorkerStats, append_line, metric_line
+from hpctrain.slurm_facts import MAX_RANGE, task_ranks
 from tests.conftest import run_cli
 from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
@@ -93,6 +93,19 @@ def test_a_thousand_dead_ranks_are_counted_not_all_printed(home: Path) -> None:
     assert outcome.stdout.count("failed: Killed") == 8
     assert "and 992 more failed tasks" in outcome.stdout
     assert len(json.loads(status("511", "--json").stdout)[0]["failed_tasks"]) == 1000
+
+
+def test_ranks_the_watchdog_ended_after_a_hang_are_not_called_failed(home: Path) -> None:
+    hung = track(home, "512", "FAILED")
+    for line in (
+        AttemptLine(attempt=0, event="start", time=1.0, nodes=["n1"]),
+        AttemptLine(attempt=0, event="end", time=2.0, outcome="hang", reason="rank 1 on n1 at step 9"),
+    ):
+        append_line(hung.attempts, line)
+    hung.batch_log.write_text("srun: error: n1: tasks 0-1: Killed\n")
+    outcome = status("512")
+    assert outcome.stdout.count("ended by the watchdog after the hang (Killed)") == 2, outcome.stdout
+    assert "failed: Killed" not in outcome.stdout
 
 
 def test_metrics_ending_in_40_mb_without_newline_is_fast(home: Path) -> None:

@@ -13,7 +13,15 @@ from hypothesis import strategies as st
 from hpctrain import attempts
 from hpctrain.attempts import History, run_summary, summarize, summary_line
 from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, RunDir, append_line
-from hpctrain.runtime.supervise import Decision, StepEnd, classify, decide, set_aside_failures
+from hpctrain.runtime.supervise import (
+    Decision,
+    StepEnd,
+    attempt_task_errors,
+    classify,
+    decide,
+    set_aside_failures,
+)
+from hpctrain.slurm_facts import FailedTask
 from hpctrain.spec.job import Restart
 
 NODES = ["node1", "node2"]
@@ -113,6 +121,56 @@ def test_the_earliest_report_is_the_cause() -> None:
     ]
     line = classify(StepEnd(1, failures=reports), start(0), History())
     assert line.error == "KeyError: x" and "rank 1" in line.reason
+
+
+def test_a_raised_exception_is_blamed_before_an_earlier_lost_peer() -> None:
+    reports = [
+        failure(2, "RuntimeError: Read error [127.0.0.1]:3234: Connection reset by peer", 5, 7.0),
+        failure(1, "KeyError: x", 5, 8.0),
+    ]
+    killed = [FailedTask("3", "node2", "Killed")]  # srun's SIGKILL after KillWait: not the cause
+    line = classify(StepEnd(1, failures=reports, killed=killed), start(0), History())
+    assert line.error == "KeyError: x" and "rank 1" in line.reason
+
+
+def test_a_rank_killed_from_outside_is_blamed_not_the_peer_that_lost_it() -> None:
+    # kill -9 of rank 1 (seen in the soak): rank 0 reports gloo's reset, srun says rank 1 was Killed
+    peer = failure(
+        0, "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:3234: Connection reset by peer", 9, 1.0
+    )
+    killed = [FailedTask("1", "node1", "Killed")]
+    line = classify(StepEnd(137, failures=[peer], killed=killed, latest_step=9), start(0), History())
+    assert line.outcome == "rank_failure" and line.step == 9
+    assert line.reason.startswith("rank 1 on node1: Killed") and "1 other rank(s) then lost" in line.reason
+    assert not line.error  # a signal from outside is not a bug: a second one is retried as well
+    again = classify(StepEnd(137, failures=[peer], killed=killed, latest_step=9), start(1), History([line]))
+    assert again.outcome == "rank_failure"
+
+
+def test_a_killed_rank_that_reported_first_is_not_silent() -> None:
+    reports = [failure(1, "RuntimeError: Connection closed by peer", 4, 1.0)]
+    line = classify(
+        StepEnd(1, failures=reports, killed=[FailedTask("1", "node1", "Killed")]), start(0), History()
+    )
+    assert "rank 1 on node1: RuntimeError" in line.reason
+
+
+def test_the_task_errors_of_an_attempt_are_those_after_its_line(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.logs.mkdir(parents=True)
+    (run.logs / "batch.log").write_text(
+        "hpctrain: attempt 3 on node1,node2, rendezvous node1:1\n"
+        "srun: error: node2: task 2: Killed\n"
+        "hpctrain: attempt 3 ended: rank_failure\n"
+        "hpctrain: attempt 4 on node1, rendezvous node1:2\n"
+        "srun: error: node1: tasks 0-1: Terminated\n"
+    )
+    assert attempt_task_errors(run, 4) == [
+        FailedTask("0", "node1", "Terminated"),
+        FailedTask("1", "node1", "Terminated"),
+    ]
+    assert [t.rank for t in attempt_task_errors(run, 3)] == ["2", "0", "1"]
+    assert attempt_task_errors(run, 5) == []
 
 
 def test_classification_order() -> None:

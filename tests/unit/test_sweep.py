@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpctrain import rundir, spec, sweep
+from hpctrain import rundir, spec, sweep, sweep_grid
 from hpctrain.sweep_status import Polled, element_states, rank, summarize
 from tests.conftest import JOBS, SITES, run_cli
 
@@ -25,29 +25,29 @@ GRIDS = KEYS.flatmap(
 
 @given(GRIDS)
 def test_grid_expands_to_every_combination_once(grid: dict[str, list[int]]) -> None:
-    trials = sweep.expand(grid)
+    trials = sweep_grid.expand(grid)
     as_tuples = [tuple(t[k] for k in grid) for t in trials]
     assert as_tuples == list(itertools.product(*grid.values()))
-    assert len(set(as_tuples)) == len(trials) == sweep.grid_size(grid)
+    assert len(set(as_tuples)) == len(trials) == sweep_grid.grid_size(grid)
 
 
 @given(GRIDS, st.data(), st.integers(0, 2**32))
 def test_random_draw_is_distinct_deterministic_and_inside_the_grid(
     grid: dict[str, list[int]], data: st.DataObject, seed: int
 ) -> None:
-    total = sweep.grid_size(grid)
+    total = sweep_grid.grid_size(grid)
     draw = data.draw(st.integers(1, total))
-    trials = sweep.expand(grid, draw, seed)
+    trials = sweep_grid.expand(grid, draw, seed)
     as_tuples = [tuple(t[k] for k in grid) for t in trials]
     assert len(trials) == draw == len(set(as_tuples))
     assert set(as_tuples) <= set(itertools.product(*grid.values()))
-    assert sweep.expand(grid, draw, seed) == trials
+    assert sweep_grid.expand(grid, draw, seed) == trials
 
 
 def test_random_draw_from_a_huge_grid_does_not_enumerate_it() -> None:
     grid = {f"train.options.k{i}": list(range(100)) for i in range(12)}  # 10**24 combinations
     start = time.perf_counter()
-    trials = sweep.expand(grid, 50, seed=3)
+    trials = sweep_grid.expand(grid, 50, seed=3)
     assert len({tuple(t.values()) for t in trials}) == 50
     assert time.perf_counter() - start < 1.0
 
@@ -63,15 +63,15 @@ def test_random_draw_from_a_huge_grid_does_not_enumerate_it() -> None:
 )
 def test_bad_grids_are_refused(grid: dict[str, list[float]], draw: int | None, message: str) -> None:
     with pytest.raises(spec.SpecError, match=message):
-        sweep.expand(grid, draw)
+        sweep_grid.expand(grid, draw)
 
 
 def test_grid_option_values_parse_like_set_values() -> None:
-    assert sweep.parse_grid_option("train.lr=1e-3,3e-3,0.01") == ("train.lr", [0.001, 0.003, 0.01])
-    assert sweep.parse_grid_option("train.parallel=ddp,fsdp") == ("train.parallel", ["ddp", "fsdp"])
-    assert sweep.parse_grid_option("train.compile=true,false") == ("train.compile", [True, False])
+    assert sweep_grid.parse_grid_option("train.lr=1e-3,3e-3,0.01") == ("train.lr", [0.001, 0.003, 0.01])
+    assert sweep_grid.parse_grid_option("train.parallel=ddp,fsdp") == ("train.parallel", ["ddp", "fsdp"])
+    assert sweep_grid.parse_grid_option("train.compile=true,false") == ("train.compile", [True, False])
     with pytest.raises(spec.SpecError, match=r"expected dotted\.key=VALUE1"):
-        sweep.parse_grid_option("train.lr")
+        sweep_grid.parse_grid_option("train.lr")
 
 
 def test_every_trial_is_validated_and_the_bad_one_is_named() -> None:

@@ -105,7 +105,7 @@ class ShardedStrategy(Strategy):
         # With CPU offload the model stays in host memory: fully_shard takes one unit at a time
         # to the GPU to shard it and puts the shards back, so the whole model never has to fit.
         model = task.model if cpu_offload else task.model.to(self.device)
-        self.tensor_parallel = self.layout.tp_enabled
+        self.tensor_parallel = self.layout.enabled("tp")
         if self.tensor_parallel:
             apply_tensor_parallel(model, task, task_mesh.submesh(("tp",)))
         data_mesh = task_mesh.submesh(("dp", "fsdp"))

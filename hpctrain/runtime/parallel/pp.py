@@ -101,7 +101,7 @@ class PipelineStrategy(Strategy):
         stages = []
         for stage_id, chunk in zip(stage_ids, chunks, strict=True):
             chunk.to(self.device)
-            if self.layout.tp_enabled:
+            if self.layout.enabled("tp"):
                 apply_tensor_parallel(chunk, task, task_mesh.submesh(("tp",)))
             stages.append(
                 PipelineStage(
@@ -147,14 +147,14 @@ class PipelineStrategy(Strategy):
         the multi-stage schedule's split backward (an internal assert in reducer.cpp).
         """
         layout = self.layout
-        if layout.fsdp_enabled or (layout.dp_enabled and chunks > 1):
+        if layout.enabled("fsdp") or (layout.enabled("dp") and chunks > 1):
             data_mesh = self.task_mesh.submesh(("dp", "fsdp"))
             assert data_mesh is not None
             units = task.shard_units(chunk) if task.shard_units is not None else []
             reshard = self.resolved.parallel.reshard_after_forward
             apply_fsdp(chunk, units, data_mesh, reshard, fsdp_param_dtype(self))
             return chunk
-        if layout.dp_enabled:
+        if layout.enabled("dp"):
             dp_mesh = self.task_mesh.submesh(("dp",))
             assert dp_mesh is not None
             device_ids = [self.device.index] if self.device.type == "cuda" else None
@@ -165,7 +165,7 @@ class PipelineStrategy(Strategy):
 
     def _loss_context(self) -> contextlib.AbstractContextManager[Any]:
         """``loss_parallel`` under tp: the last stage's logits are vocab-sharded DTensors."""
-        if not self.layout.tp_enabled:
+        if not self.layout.enabled("tp"):
             return contextlib.nullcontext()
         from torch.distributed.tensor.parallel import loss_parallel
 
@@ -185,7 +185,7 @@ class PipelineStrategy(Strategy):
         args = (inputs,) if self.holds_first else ()
         with self.autocast(), self._loss_context():
             self.schedule.step(*args, target=targets, losses=losses, return_outputs=False)
-        if self.layout.tp_enabled:
+        if self.layout.enabled("tp"):
             dtensors.align_grad_placements(list(self.model.parameters()))
         total = torch.zeros((), dtype=torch.float32, device=self.device)
         if self.holds_last:

@@ -46,12 +46,14 @@ def run(resolved: Resolved, info: DistInfo, run_dir: Path) -> None:
     task = load_task(train)
     try:
         bootstrap.init_process_group(info, "gloo", train.timeout_s)
-        hosts: list[object] = [None] * lay.world_size
-        dist.all_gather_object(hosts, lay.node)  # node names, for error messages and the result
+        hosts: list[object] = [None] * lay.info.world_size
+        dist.all_gather_object(hosts, lay.info.hostname)  # node names, for error messages and the result
     except RuntimeError as err:  # includes DistStoreError and gloo connect failures
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
         where = f"{info.master_addr}:{info.master_port}"
-        raise PSFailed(f"{lay.name} on {lay.node}: could not join the job at {where}: {first}") from None
+        raise PSFailed(
+            f"{lay.name} on {lay.info.hostname}: could not join the job at {where}: {first}"
+        ) from None
     names = [str(h) for h in hosts]
     log.info(
         "%s of %d servers + %d workers (%s, %s feeding)",
@@ -67,4 +69,4 @@ def run(resolved: Resolved, info: DistInfo, run_dir: Path) -> None:
         else:
             Worker(lay, resolved, task, run_dir, names).work()
     except (ServerFailed, ServerLost, transport.PeerLost) as err:
-        raise PSFailed(f"{lay.name} on {lay.node}: {err}") from None
+        raise PSFailed(f"{lay.name} on {lay.info.hostname}: {err}") from None

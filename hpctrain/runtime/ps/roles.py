@@ -16,33 +16,21 @@ class Roles:
     servers: int
 
     @property
-    def rank(self) -> int:
-        return self.info.rank
-
-    @property
-    def world_size(self) -> int:
-        return self.info.world_size
-
-    @property
     def workers(self) -> int:
-        return self.world_size - self.servers
+        return self.info.world_size - self.servers
 
     @property
     def is_server(self) -> bool:
-        return self.rank < self.servers
+        return self.info.rank < self.servers
 
     @property
     def index(self) -> int:
         """Server index for servers, worker index (0-based) for workers."""
-        return self.rank if self.is_server else self.rank - self.servers
+        return self.info.rank if self.is_server else self.info.rank - self.servers
 
     @property
     def name(self) -> str:
         return f"{'server' if self.is_server else 'worker'} {self.index}"
-
-    @property
-    def node(self) -> str:
-        return self.info.hostname
 
 
 def roles(info: DistInfo, servers: int) -> Roles:

@@ -271,7 +271,7 @@ class Server:
         start = time.time()
         common = {
             "layout": "ps",
-            "world_size": self.lay.world_size,
+            "world_size": self.lay.info.world_size,
             "launcher": self.lay.info.launcher,
             "job_id": self.lay.info.job_id,
             "restart_count": self.lay.info.restart_count,

@@ -38,7 +38,7 @@ class ServerLost(RuntimeError):
 class Worker:
     def __init__(self, lay: Roles, resolved: Resolved, task: Task, run_dir: Path, hosts: list[str]) -> None:
         self.lay, self.hosts, self.task = lay, hosts, task
-        self.lines = Metrics(run_dir, lay.rank, worker=lay.index)  # this worker's own file
+        self.lines = Metrics(run_dir, lay.info.rank, worker=lay.index)  # this worker's own file
         self.train = resolved.job.train
         ps = resolved.parallel.ps
         assert ps is not None
