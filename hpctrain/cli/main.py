@@ -54,7 +54,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 # Verbs that, run as the program, leave without the interpreter's finalization (see `main`).
-QUICK_EXIT = frozenset({"render", "submit"})
+QUICK_EXIT = frozenset({"render", "submit", "report"})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -98,8 +98,9 @@ def run_verb(args: argparse.Namespace) -> int:
 
 def quick_exit(code: int) -> None:
     """Leave now, skipping the interpreter's finalization (tearing down jinja2, yaml and msgspec
-    costs about 50 ms of CPU, a fifth of a render on a login node). Only for verbs that have closed
-    every file they wrote and started no thread: nothing is left to flush but stdout and stderr."""
+    costs about 50 ms of CPU, a fifth of a render on a login node; matplotlib adds more to a
+    report). Only for verbs that have closed every file they wrote, started no thread and waited
+    for their children: nothing is left to flush but stdout and stderr."""
     import os
 
     try:
