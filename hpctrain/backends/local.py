@@ -76,6 +76,9 @@ class LocalBackend(Backend):
                 found[job_id] = JobInfo(job_id, JobState.UNKNOWN, reason="no such local job", source="local")
                 continue
             run = RunDir(str(state["run_dir"]))
+            # Liveness first: the wrapper writes the exit file and then ends, so a process
+            # seen gone after the file was seen missing could have written it in between.
+            alive = _alive(int(state["pid"]))  # type: ignore[call-overload]
             if run.local_exit_code.exists():
                 code = run.local_exit_code.read_text().strip()
                 cancelled = run.local_cancelled.exists()
@@ -85,7 +88,7 @@ class LocalBackend(Backend):
                     else (JobState.COMPLETED if code == "0" else JobState.FAILED)
                 )
                 found[job_id] = JobInfo(job_id, job_state, exit_code=code, source="local")
-            elif _alive(int(state["pid"])):  # type: ignore[call-overload]
+            elif alive:
                 elapsed = int(time.time() - float(state["started"]))  # type: ignore[arg-type]
                 found[job_id] = JobInfo(
                     job_id,
