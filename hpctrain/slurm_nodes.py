@@ -12,6 +12,7 @@ a --nodelist pin to a dead node is dropped, or the job could never start) and se
 
 from __future__ import annotations
 
+import socket
 import time
 
 from hpctrain.attempts import History, restart_policy
@@ -23,6 +24,11 @@ from hpctrain.slurm_facts import command, expand_hostlist, parse_record, parse_r
 DEAD_STATES = ("DOWN", "NOT_RESPONDING", "FAIL", "POWER")
 # Seconds a requeued job must have been pending before it may start (see release_requeued).
 SETTLE_S = 5.0
+SLURMD_PORT = 6818
+"""slurmd's port when scontrol names none (SlurmdPort's default)."""
+CONNECT_TIMEOUT_S = 2.0
+"""A node that has not completed a TCP handshake in this long is not there (the kernel answers the
+handshake, so a loaded node answers in milliseconds)."""
 
 
 def quiet(argv: list[str], timeout: float = 30.0) -> str:
@@ -46,11 +52,34 @@ def job_record(job_ref: str) -> dict[str, str]:
     return parse_record(quiet(["scontrol", "show", "job", "-o", job_ref]).strip())
 
 
-def node_states(nodes: list[str]) -> dict[str, str]:
+def node_records(nodes: list[str]) -> dict[str, dict[str, str]]:
+    """scontrol's record of each node (State, NodeAddr, Port, ...); a node it does not know is left out."""
     if not nodes:
         return {}
-    records = parse_records(quiet(["scontrol", "show", "node", "-o", ",".join(nodes)]), "NodeName")
-    return {name: record.get("State", "") for name, record in records.items()}
+    return parse_records(quiet(["scontrol", "show", "node", "-o", ",".join(nodes)]), "NodeName")
+
+
+def node_states(nodes: list[str]) -> dict[str, str]:
+    return {name: record.get("State", "") for name, record in node_records(nodes).items()}
+
+
+def slurmd_unreachable(node: str, record: dict[str, str], tries: int = 2) -> bool:
+    """Nothing accepts a connection on the node's slurmd port: its slurmd or the node itself is gone.
+
+    Seconds, where ``srun true`` to a dead slurmd takes until its own timeout and slurmctld calls the
+    node DOWN only after SlurmdTimeout. A connection that is accepted proves less (the kernel accepts
+    for a stuck slurmd): callers then ask slurmd to run a task.
+    """
+    address = record.get("NodeAddr") or node
+    port_text = record.get("Port", "")
+    port = int(port_text) if port_text.isdigit() else SLURMD_PORT
+    for _ in range(tries):
+        try:
+            with socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S):
+                return False
+        except OSError:
+            time.sleep(0.2)
+    return True
 
 
 def is_dead(state: str) -> bool:

@@ -34,8 +34,11 @@ from hpctrain.runtime import hang_rule, heartbeat, stacks
 from hpctrain.runtime.hang_rule import Seen
 from hpctrain.spec.job import Watchdog
 
-GONE_GRACE_S = 5.0
+GONE_GRACE_S = 2.0
 """Ranks are gone: give the step this long to end by itself (srun's own kill-on-bad-exit)."""
+GONE_END_WAIT_S = 3.0
+"""After scancel of a step whose ranks are gone: srun waits for a lost node's tasks for good, so
+it is killed soon (the live nodes' tasks end within a second of the scancel)."""
 SRUN_TIMEOUT_S = 45.0
 PROBE_TIMEOUT_S = 15.0
 REPROBE_S = 30.0
@@ -163,14 +166,16 @@ def collect_stacks(ctx: Context, nodes: Iterable[str]) -> dict[int, str]:
     }
 
 
-def end_step(ctx: Context, step_pid: int, step_ids: set[str], ranks: list[Seen]) -> None:
+def end_step(
+    ctx: Context, step_pid: int, step_ids: set[str], ranks: list[Seen], wait_s: float = END_WAIT_S
+) -> None:
     """Kill the step's tasks (scancel JOB.STEP); without Slurm, or if that fails, the step's
     process and the ranks of this node."""
     if ctx.job_id and step_ids:
         for step_id in sorted(step_ids):
             command = ["scancel", "--signal=KILL", f"{ctx.job_id}.{step_id}"]
             subprocess.run(command, capture_output=True, timeout=30, check=False)
-        deadline = time.monotonic() + END_WAIT_S
+        deadline = time.monotonic() + wait_s
         while step_running(step_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
         if not step_running(step_pid):
@@ -238,7 +243,7 @@ def ranks_gone(
             return False
         say(f"no heartbeat from {', '.join(gone)} and no answer: ending the step")
     ranks = hang_rule.observe(beats, time.time())
-    end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks)
+    end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
     return True
 
 

@@ -358,7 +358,9 @@ def silent_node_run(
     run.write_heartbeat(Heartbeat(node="node2", time=now - 20, attempt=0, step_id="0", ranks={2: gone}))
     did: dict[str, object] = {}
     monkeypatch.setattr(watchdog, "_srun_on", lambda ctx, node, command, timeout: answers)
-    monkeypatch.setattr(watchdog, "end_step", lambda ctx, pid, step_ids, ranks: did.update(step_ids=step_ids))
+    monkeypatch.setattr(
+        watchdog, "end_step", lambda ctx, pid, step_ids, ranks, *wait: did.update(step_ids=step_ids)
+    )
     monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
     monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.0)
     ctx = watchdog.Context(
