@@ -15,7 +15,7 @@ from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.resources import data_folder
 from hpctrain.rundir_names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
-from hpctrain.slurm_values import memory_mb, signal_name
+from hpctrain.slurm_values import memory_mb, signal_name, standby_go_signal
 from hpctrain.spec import Resolved
 
 TEMPLATES = data_folder("templates")
@@ -241,6 +241,9 @@ def context(
         "preflight": preflight and not heterogeneous,
         # Parameter-server steps write no heartbeats (a dead worker is not a hang there).
         "watchdog": job.watchdog.enabled and ps is None,
+        # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
+        "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
+        "standby_signal": standby_go_signal(resolved.preemption.signal),
     }
 
 

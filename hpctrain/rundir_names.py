@@ -31,6 +31,10 @@ STACKS = "stacks"  # in failures/
 ATTEMPTS = "attempts.jsonl"
 TENSORBOARD = "tensorboard"
 ARRAY_PREFIX = "array-"
+STANDBY = "standby"  # standby/GEN/ of the warm standby step (runtime/standby.py)
+STANDBY_GO = "go"
+STANDBY_READY_PREFIX = "ready-"
+STANDBY_TAKEN_PREFIX = "taken-"
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
 SLURM_RANK_LOG = "rank-%t.log"
@@ -58,4 +62,8 @@ def template_files() -> dict[str, str]:
         "exit_codes": EXIT_CODES,
         "preflight_exclude": PREFLIGHT_EXCLUDE,
         "preflight_log": SLURM_PREFLIGHT_LOG,
+        "standby": STANDBY,
+        "standby_go": STANDBY_GO,
+        "standby_ready_prefix": STANDBY_READY_PREFIX,
+        "standby_taken_prefix": STANDBY_TAKEN_PREFIX,
     }

@@ -160,6 +160,12 @@ SBATCH_KEY = r"\A[a-z][a-z0-9]*(-[a-z0-9]+)*\Z"
 SBATCH_VALUE = SLURM_WORD
 
 
+def standby_go_signal(preemption: str) -> str:
+    """The signal that hands a warm standby step its attempt: USR2, or USR1 when the job's preemption
+    signal is USR2 (the standby ignores that one: it belongs to the attempt that trains)."""
+    return "USR1" if signal_name(preemption) == "USR2" else "USR2"
+
+
 def sbatch_option_problem(key: str) -> str | None:
     """Why `sbatch: {key: ...}` may not be passed through, or None when it may."""
     if not re.fullmatch(SBATCH_KEY, key):

@@ -7,6 +7,8 @@ Job spec: ``train.entrypoint: hpctrain.examples.digits:build``. Options (``train
 from __future__ import annotations
 
 import torch
+from sklearn.datasets import load_digits
+from sklearn.model_selection import train_test_split
 from torch import nn
 from torch.utils.data import TensorDataset
 
@@ -18,9 +20,6 @@ SPLIT_SEED = 1234  # the held-out set must not depend on the training seed
 
 def load(test_size: float) -> tuple[TensorDataset, TensorDataset]:
     """Standardized 64-pixel features (statistics from the training split only), fixed split."""
-    from sklearn.datasets import load_digits
-    from sklearn.model_selection import train_test_split
-
     features, labels = load_digits(return_X_y=True)
     x_train, x_test, y_train, y_test = train_test_split(
         features, labels, test_size=test_size, random_state=SPLIT_SEED, stratify=labels

@@ -302,6 +302,21 @@ class Restart(Base):
         Annotated[int, Meta(ge=1)] | None,
         Meta(description="Fewest nodes to go on with when shrinking; default: 1."),
     ] = None
+    warm_standby: Annotated[
+        bool,
+        Meta(
+            description="Keep a second srun step ready on the attempt's nodes, its tasks with torch and the "
+            "runtime already imported, so that a restart on the same nodes skips start-up (srun launcher)."
+        ),
+    ] = True
+    standby_delay: Annotated[
+        float,
+        Meta(
+            ge=0,
+            description="Seconds at the most that the warm standby waits for the attempt beside it to train "
+            "before its own imports (on a node with few cores they would slow that attempt's start).",
+        ),
+    ] = 60.0
 
 
 class Watchdog(Base):

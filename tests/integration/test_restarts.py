@@ -122,6 +122,49 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
         subprocess.run(["scancel", job_id], check=False)
 
 
+def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tmp_path: Path) -> None:
+    """The restart hands the attempt to the standby step, whose tasks imported torch before the kill."""
+    path = job_file(
+        tmp_path,
+        "restart-warm",
+        {"steps": 1200, "checkpoint_every": 50},
+        resources={"nodes": 2, "tasks_per_node": 2},
+    )
+    data = yaml.safe_load(path.read_text())
+    data["restart"] = {"standby_delay": 0}  # ready within seconds, not after the usual 20
+    path.write_text(yaml.safe_dump(data))
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    standby = run / "standby" / "1"
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        ready = lambda: len(list(standby.glob("ready-[0-9]*"))) == 4  # noqa: E731
+        assert wait_for(ready, timeout=240), logs(run)
+        assert latest_step(run) < 1000, "the job ran out of steps before its standby was ready"
+        standby_step = {p.read_text() for p in standby.glob("ready-[0-9]*")}
+        os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
+        killed = time.time()
+        final = wait_state(job_id, set(), timeout=400)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
+        batch_log = (run / "logs" / "batch.log").read_text()
+        assert "attempt 1 runs in the warm standby step" in batch_log, batch_log
+        warm = [p for p in (run / "logs").glob("rank-*.log") if "warm start after" in p.read_text()]
+        assert len(warm) == 4, logs(run)
+        # Attempt 1's ranks are the standby step's tasks (their heartbeats name the step).
+        history = History.read(RunDir(run))
+        second = history.lines[2]
+        trained = [m for m in metrics(run) if m.get("kind") == "train" and m["time"] > second.time]
+        assert trained, logs(run)
+        print(
+            f"\nstandby step {standby_step}; relaunched {second.time - killed:.1f} s after the kill, "
+            f"training again {trained[0]['time'] - killed:.1f} s after it"
+        )
+        assert len(standby_step) == 1
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+
+
 def test_a_repeated_bug_is_not_retried(hpctrain_home: Path, tmp_path: Path) -> None:
     path = job_file(
         tmp_path, "restart-bug", {"entrypoint": "_runtime_job:raises_at_step", "options": {"at": 7}}

@@ -1,0 +1,145 @@
+"""``python -m hpctrain.runtime.standby MODULE [ARG...]``: a warm task that becomes the next attempt's rank.
+
+A restart's cost on a small job is mostly start-up: Python, ``import torch`` and the runtime (5 s of
+CPU per process on a 2-core node), for every rank at once. So while an attempt trains, the batch
+script keeps a second srun step ready on the same nodes and task layout: each of its tasks has
+imported torch, the runtime and the job's task module, then waits. When the supervisor launches
+the next attempt on those same nodes, the batch script writes the attempt's rendezvous into
+``standby/GEN/go`` and sends the go signal to that step's srun, which forwards it to every task:
+each task takes the attempt's variables and runs MODULE as ``python -m MODULE ARG...`` would.
+A go file that says ``stop`` ends the tasks instead (the next attempt is on other nodes).
+
+The waiting task is a real task of a real step: Slurm accounts for it, ``scancel`` reaches it and
+its output goes where the rank's does. It announces itself ready in ``standby/GEN/ready-PROCID``
+(its step id inside) only once its imports are done and the go signal is blocked, so a go is never
+sent to a task that would die of it; it acknowledges the go in ``standby/GEN/taken-PROCID``. It
+ignores the preemption signal, which ``scancel --signal=... JOB`` sends to every step: it belongs
+to the attempt that trains now.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import runpy
+import signal
+import sys
+import time
+from pathlib import Path
+
+from hpctrain.rundir_names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
+from hpctrain.slurm_values import signal_name, standby_go_signal
+
+# Variables the batch script sets for each attempt: the go file carries the new values.
+ATTEMPT_VARIABLES = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT")
+STOP = "stop"
+WARM_MODULES = (
+    "torch",
+    "torch.distributed",
+    "torch._dynamo",  # imported on first use by DDP and the optimizers: 1 s
+    "hpctrain.runtime.train",
+    "hpctrain.runtime.bootstrap",
+)
+"""What a rank imports before its first step. The job's task module is added from the spec: what it
+imports at its top level is warm too (imports inside its functions are not)."""
+
+
+def warm_up(modules: tuple[str, ...]) -> None:
+    """Import what the rank will need. A module that fails to import is left for the rank to
+    report: the standby only waits."""
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except Exception:
+            return
+
+
+def task_module(spec_bytes: bytes) -> tuple[str, ...]:
+    try:
+        from hpctrain import spec
+
+        return (spec.loads(spec_bytes).job.train.entrypoint.partition(":")[0],)
+    except Exception:
+        return ()
+
+
+def read_go(path: Path) -> dict[str, str] | None:
+    """The go file's ``NAME=value`` lines; None when it says stop (or is missing: nothing to run)."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    if text.strip() == STOP:
+        return None
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {name: value for name, value in pairs if name in ATTEMPT_VARIABLES}
+
+
+def wait_for_the_attempt(metrics: Path, since: float, longest_s: float) -> None:
+    """Until the attempt beside us trains (rank 0 has written to metrics.jsonl since `since`), for
+    `longest_s` at the most. That attempt starts up too: on a node with few cores, importing beside
+    it would slow its start, and that start is what a restart waits for. One stat a second."""
+    deadline = time.monotonic() + longest_s
+    while time.monotonic() < deadline:
+        try:
+            if metrics.stat().st_mtime > since:
+                return
+        except OSError:
+            pass
+        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
+
+
+def announce(folder: Path, prefix: str) -> None:
+    """``PREFIX-PROCID`` with this task's step id in it, whole or not at all."""
+    path = folder / f"{prefix}{os.environ.get('SLURM_PROCID', '0')}"
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(os.environ.get("SLURM_STEP_ID", ""))
+    tmp.replace(path)
+
+
+def wait_for_go(folder: Path, go: signal.Signals) -> dict[str, str] | None:
+    """Block until the go signal; then the attempt's variables (None: stop)."""
+    signal.sigwait({go})
+    return read_go(folder / STANDBY_GO)
+
+
+def main(argv: list[str]) -> int:
+    if not argv:
+        print("usage: python -m hpctrain.runtime.standby MODULE [ARG...]", file=sys.stderr)
+        return 2
+    from hpctrain.rundir import RunDir
+
+    folder = Path(os.environ["HPCTRAIN_STANDBY_DIR"])
+    run = RunDir(os.environ["HPCTRAIN_RUN_DIR"])
+    spec_bytes = run.spec.read_bytes()
+    from hpctrain import spec
+
+    resolved = spec.loads(spec_bytes)
+    preemption = resolved.preemption.signal
+    go = signal.Signals["SIG" + standby_go_signal(preemption)]
+    # Blocked before anything slow: a go that comes early waits for sigwait instead of killing us.
+    signal.pthread_sigmask(signal.SIG_BLOCK, {go})
+    signal.signal(signal.Signals["SIG" + signal_name(preemption)], signal.SIG_IGN)
+    started = time.monotonic()
+    wait_for_the_attempt(run.metrics, time.time(), resolved.job.restart.standby_delay)
+    warm_up(WARM_MODULES + task_module(spec_bytes))
+    announce(folder, STANDBY_READY_PREFIX)
+    variables = wait_for_go(folder, go)
+    if variables is None:
+        return 0
+    # The batch script counts these: a task that died in standby (its node lost and back) is
+    # missing, and the attempt then starts cold instead of waiting at a rendezvous for it.
+    announce(folder, STANDBY_TAKEN_PREFIX)
+    os.environ.update(variables)
+    # Nothing stays blocked (children inherit the mask). The preemption signal stays ignored until
+    # the rank installs its handler: its default action would kill the rank.
+    signal.signal(go, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {go})
+    print(f"hpctrain: warm start after {time.monotonic() - started:.1f} s in standby", file=sys.stderr)
+    sys.argv = [argv[0], *argv[1:]]
+    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
