@@ -44,6 +44,7 @@ class Fault:
     target: str
     detected_s: float | None = None
     recovered_s: float | None = None
+    repaired: bool = False
 
 
 @dataclass
@@ -183,8 +184,10 @@ def main() -> None:
                     soak.faults.append(fault)
                     print(f"{time.strftime('%H:%M:%S')} injected {fault.kind} on {fault.target}", flush=True)
                 next_fault = time.time() + rng.uniform(*args.gap)
-            if any(f.kind == "node_power" and f.detected_s is not None for f in soak.faults):
-                faults.recover_nodes()  # the node comes back, as a repaired node would
+            for lost in [f for f in soak.faults if f.kind == "node_power" and not f.repaired]:
+                if lost.detected_s is not None:  # the node comes back, as a repaired node would
+                    faults.recover_nodes()
+                    lost.repaired = True
     finally:
         for pid in soak.stopped_pids:
             try:
@@ -212,7 +215,9 @@ def main() -> None:
     corrupt = [
         x for x in read_lines(run.metrics) if isinstance(x, EventLine) and x.event == "checkpoint_corrupt"
     ]
-    print(f"checkpoints found corrupt on resume: {len(corrupt)}; restarts: {len(attempts(run)) // 2}")
+    warm = sum(log.read_text().count("runs in the warm standby step") for log in run.batch_logs())
+    restarts = len(attempts(run)) // 2
+    print(f"checkpoints found corrupt on resume: {len(corrupt)}; restarts: {restarts} ({warm} warm)")
     if args.json:
         args.json.write_text(
             json.dumps(
