@@ -172,12 +172,23 @@ def end_step(
     """Kill the step's tasks (scancel JOB.STEP); without Slurm, or if that fails, the step's
     process and the ranks of this node."""
     if ctx.job_id and step_ids:
-        for step_id in sorted(step_ids):
-            command = ["scancel", "--signal=KILL", f"{ctx.job_id}.{step_id}"]
-            subprocess.run(command, capture_output=True, timeout=30, check=False)
+        # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
+        # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
+        cancels = [
+            subprocess.Popen(
+                ["scancel", "--signal=KILL", f"{ctx.job_id}.{step_id}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for step_id in sorted(step_ids)
+        ]
         deadline = time.monotonic() + wait_s
         while step_running(step_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
+        for cancel in cancels:  # slurmctld has the request; the client need not linger
+            if cancel.poll() is None:
+                cancel.kill()
+            cancel.wait()
         if not step_running(step_pid):
             return
         say(f"the step (pid {step_pid}) did not end after scancel: killing it")
