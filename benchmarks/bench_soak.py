@@ -151,6 +151,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=10.0, help="Expected step time, to size the job.")
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument(
+        "--no-warm-standby", dest="warm_standby", action="store_false", help="Restarts start cold."
+    )
     args = parser.parse_args()
     rng = random.Random(args.seed)
     steps = int(args.minutes * 60_000 / args.step_ms)
@@ -164,6 +167,7 @@ def main() -> None:
         "resources.time=01:00:00",
         "restart.max=100",
         "restart.exclude_failed_nodes=false",
+        f"restart.warm_standby={'true' if args.warm_standby else 'false'}",
         "watchdog.hang_timeout=10",
         "watchdog.heartbeat_interval=2",
     )

@@ -306,9 +306,10 @@ class Restart(Base):
         bool,
         Meta(
             description="Keep a second srun step ready on the attempt's nodes, its tasks with torch and the "
-            "runtime already imported, so that a restart on the same nodes skips start-up (srun launcher)."
+            "runtime already imported, so that a restart on the same nodes skips start-up (srun launcher). "
+            "Costs one more process per rank (host memory) and its imports' CPU once per attempt."
         ),
-    ] = True
+    ] = False
     standby_delay: Annotated[
         float,
         Meta(

@@ -131,7 +131,7 @@ def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tm
         resources={"nodes": 2, "tasks_per_node": 2},
     )
     data = yaml.safe_load(path.read_text())
-    data["restart"] = {"standby_delay": 0}  # ready within seconds, not after the usual 20
+    data["restart"] = {"warm_standby": True, "standby_delay": 0}  # ready at once, not after a first step
     path.write_text(yaml.safe_dump(data))
     entry = submit(path)
     job_id, run = entry["job_id"], run_dir(entry)

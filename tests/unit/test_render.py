@@ -126,3 +126,21 @@ def test_unsafe_run_dir_is_refused(tmp_path: Path) -> None:
     resolved = spec.resolve(spec.load_job(JOBS / "digits-ddp.yaml"), spec.load_site(SITES / "local.yaml"))
     with pytest.raises(RenderError, match="HPCTRAIN_HOME"):
         render(resolved, tmp_path / "has space")
+
+
+@pytest.mark.parametrize(("preemption", "go"), [("USR1", "USR2"), ("USR2", "USR1")])
+@pytest.mark.parametrize("launcher", ["srun", "mpi", "torchrun"])
+def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
+    preemption: str, go: str, launcher: str, tmp_path: Path
+) -> None:
+    overrides = ["restart.warm_standby=true", f"preemption.signal={preemption}", f"launcher={launcher}"]
+    job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    if launcher != "srun":  # torchrun and MPI build their world at step start: no standby
+        assert "standby_start" not in script
+    else:
+        assert (
+            "rank_step hpctrain.runtime.standby" in script and f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
+        )
+        assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
+    shellcheck(script, tmp_path)

@@ -39,7 +39,11 @@ Path(os.environ["PROBE_OUT"]).write_text(
 def start(tmp_path: Path, preemption_signal: str = "USR1") -> tuple[subprocess.Popen[bytes], Path, Path]:
     run = RunDir(tmp_path / "run")
     run.root.mkdir()
-    overrides = [f"preemption.signal={preemption_signal}", "restart.standby_delay=0"]
+    overrides = [
+        f"preemption.signal={preemption_signal}",
+        "restart.warm_standby=true",
+        "restart.standby_delay=0",
+    ]
     resolved = spec.resolve(spec.load_job(DIGITS, overrides), spec.load_site(LOCAL), str(DIGITS), "local")
     run.spec.write_bytes(spec.dumps(resolved))
     (tmp_path / "standby_probe.py").write_text(PROBE_MODULE)
