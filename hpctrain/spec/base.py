@@ -10,10 +10,12 @@ from hpctrain.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmWord
 
 Seconds = Annotated[float, Meta(gt=0)]
 """A duration in seconds, > 0 (timeouts)."""
+Count = Annotated[int, Meta(ge=1)]
+"""A number of things, at least one (nodes, trials)."""
 
 
 class Base(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, frozen=True):
     """Common options: unknown keys are errors, fields are keyword-only and immutable."""
 
 
-__all__ = ["Base", "EnvValue", "Line", "NodeName", "Seconds", "ShellLine", "SlurmWord"]
+__all__ = ["Base", "Count", "EnvValue", "Line", "NodeName", "Seconds", "ShellLine", "SlurmWord"]

@@ -26,7 +26,7 @@ from hpctrain.slurm_values import (
     signal_name,
     time_minutes,
 )
-from hpctrain.spec.base import Base, EnvValue, NodeName, Seconds, ShellLine, SlurmWord
+from hpctrain.spec.base import Base, Count, EnvValue, NodeName, Seconds, ShellLine, SlurmWord
 from hpctrain.spec.sweep import Sweep
 
 # torchao's Float8LinearRecipeName values, plus tensorwise with fast accumulation in backward as well
@@ -299,7 +299,7 @@ class Restart(Base):
         ),
     ] = True
     min_nodes: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
+        Count | None,
         Meta(description="Fewest nodes to go on with when shrinking; default: 1."),
     ] = None
     warm_standby: Annotated[

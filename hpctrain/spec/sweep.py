@@ -7,7 +7,7 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpctrain.spec.base import Base, EnvValue
+from hpctrain.spec.base import Base, Count, EnvValue
 
 
 class EarlyStop(Base):
@@ -29,12 +29,12 @@ class Sweep(Base):
         Meta(description="Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."),
     ] = {}
     random: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
+        Count | None,
         Meta(description="Run this many distinct combinations drawn from the grid, not all of them."),
     ] = None
     seed: Annotated[int, Meta(description="Seed of the random draw: the same seed, the same trials.")] = 0
     max_parallel: Annotated[
-        Annotated[int, Meta(ge=1)] | None,
+        Count | None,
         Meta(description="Trials running at once (the array's %K); unset = no limit."),
     ] = None
     metric: Annotated[
