@@ -73,12 +73,14 @@ def slurmd_unreachable(node: str, record: dict[str, str], tries: int = 2) -> boo
     address = record.get("NodeAddr") or node
     port_text = record.get("Port", "")
     port = int(port_text) if port_text.isdigit() else SLURMD_PORT
-    for _ in range(tries):
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.2)
         try:
             with socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S):
                 return False
         except OSError:
-            time.sleep(0.2)
+            continue
     return True
 
 

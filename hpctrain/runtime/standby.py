@@ -54,15 +54,6 @@ def warm_up(modules: tuple[str, ...]) -> None:
             return
 
 
-def task_module(spec_bytes: bytes) -> tuple[str, ...]:
-    try:
-        from hpctrain import spec
-
-        return (spec.loads(spec_bytes).job.train.entrypoint.partition(":")[0],)
-    except Exception:
-        return ()
-
-
 def read_go(path: Path) -> dict[str, str] | None:
     """The go file's ``NAME=value`` lines; None when it says stop (or is missing: nothing to run)."""
     try:
@@ -111,10 +102,9 @@ def main(argv: list[str]) -> int:
 
     folder = Path(os.environ["HPCTRAIN_STANDBY_DIR"])
     run = RunDir(os.environ["HPCTRAIN_RUN_DIR"])
-    spec_bytes = run.spec.read_bytes()
     from hpctrain import spec
 
-    resolved = spec.loads(spec_bytes)
+    resolved = spec.loads(run.spec.read_bytes())
     preemption = resolved.preemption.signal
     go = signal.Signals["SIG" + standby_go_signal(preemption)]
     # Blocked before anything slow: a go that comes early waits for sigwait instead of killing us.
@@ -122,7 +112,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.Signals["SIG" + signal_name(preemption)], signal.SIG_IGN)
     started = time.monotonic()
     wait_for_the_attempt(run.metrics, time.time(), resolved.job.restart.standby_delay)
-    warm_up(WARM_MODULES + task_module(spec_bytes))
+    warm_up((*WARM_MODULES, resolved.job.train.entrypoint.partition(":")[0]))
     announce(folder, STANDBY_READY_PREFIX)
     variables = wait_for_go(folder, go)
     if variables is None:

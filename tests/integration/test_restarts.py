@@ -87,15 +87,14 @@ def status_text(job_id: str) -> str:
     return proc.stdout
 
 
+def submit_two_by_two(folder: Path, name: str, train: dict[str, Any], **job: Any) -> tuple[str, Path]:
+    """A 2 x 2 digits job, submitted: its job id and run directory."""
+    entry = submit(job_file(folder, name, train, resources={"nodes": 2, "tasks_per_node": 2}, **job))
+    return entry["job_id"], run_dir(entry)
+
+
 def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, tmp_path: Path) -> None:
-    path = job_file(
-        tmp_path,
-        "restart-rank",
-        {"steps": 300, "checkpoint_every": 50},
-        resources={"nodes": 2, "tasks_per_node": 2},
-    )
-    entry = submit(path)
-    job_id, run = entry["job_id"], run_dir(entry)
+    job_id, run = submit_two_by_two(tmp_path, "restart-rank", {"steps": 300, "checkpoint_every": 50})
     try:
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
         assert wait_for(lambda: latest_step(run) >= 20, timeout=120), logs(run)
@@ -124,17 +123,12 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
 
 def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tmp_path: Path) -> None:
     """The restart hands the attempt to the standby step, whose tasks imported torch before the kill."""
-    path = job_file(
+    job_id, run = submit_two_by_two(
         tmp_path,
         "restart-warm",
         {"steps": 1200, "checkpoint_every": 50},
-        resources={"nodes": 2, "tasks_per_node": 2},
+        restart={"warm_standby": True, "standby_delay": 0},  # ready at once, not after a first step
     )
-    data = yaml.safe_load(path.read_text())
-    data["restart"] = {"warm_standby": True, "standby_delay": 0}  # ready at once, not after a first step
-    path.write_text(yaml.safe_dump(data))
-    entry = submit(path)
-    job_id, run = entry["job_id"], run_dir(entry)
     standby = run / "standby" / "1"
     try:
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)

@@ -84,7 +84,7 @@ def test_preflight_step_default(overrides: list[str], expected: bool, tmp_path: 
     job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
     resolved = spec.resolve(job, spec.load_site(SITES / "local.yaml"))
     script = render(resolved, tmp_path)
-    assert ("-m hpctrain.runtime.preflight" in script) is expected
+    assert ("hpctrain.runtime.preflight" in script) is expected
 
 
 DCGM_DIAG = """\
