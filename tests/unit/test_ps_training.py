@@ -140,14 +140,18 @@ def test_async_trains_digits_with_in_graph_feeding(tmp_path: Path) -> None:
 
 def test_bounded_keeps_slow_worker_within_staleness(tmp_path: Path) -> None:
     train = {"steps": 120, "batch_size": 64, "lr": 2e-3, "entrypoint": FAULTY}
-    train["options"] = {"delay_s": 0.005, "slow_worker": 1, "slow_factor": 4}
+    delay_s, slow_factor = 0.01, 6
+    train["options"] = {"delay_s": delay_s, "slow_worker": 1, "slow_factor": slow_factor}
     codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "bounded", "staleness": 1}))
     assert codes == [0, 0, 0]
     steps = [w.steps for w in (result(tmp_path).per_worker or {}).values()]
     # A worker may run at most `staleness` steps ahead, plus the push it is waiting on.
     assert abs(steps[0] - steps[1]) <= 2, steps
     fast, slow = (line.compute_s for line in RunDir(tmp_path).read_worker_metrics().values())
-    assert slow > 2 * fast  # the injected straggler shows in its own compute time
+    # The injected sleep shows in the straggler's own compute time. Compared as a difference, not a
+    # ratio: the real compute both workers share varies with the machine's load (CI saw 8 ms of it).
+    injected = delay_s * (slow_factor - 1)
+    assert slow - fast > injected / 2, (fast, slow)
 
 
 def test_killed_worker_is_dropped_and_training_finishes(tmp_path: Path) -> None:
