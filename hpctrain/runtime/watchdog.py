@@ -39,6 +39,8 @@ GONE_GRACE_S = 2.0
 GONE_END_WAIT_S = 3.0
 """After scancel of a step whose ranks are gone: srun waits for a lost node's tasks for good, so
 it is killed soon (the live nodes' tasks end within a second of the scancel)."""
+TICK_S = 0.5
+"""How often the step's end and new failure reports are looked for (a readdir of failures/)."""
 SRUN_TIMEOUT_S = 45.0
 PROBE_TIMEOUT_S = 15.0
 REPROBE_S = 30.0
@@ -124,8 +126,8 @@ def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str
 # ----------------------------------------------------------------------------------------------
 
 
-def step_running(pid: int) -> bool:
-    """The step's srun still runs (a zombie the batch shell has not reaped yet does not)."""
+def running(pid: int) -> bool:
+    """The process runs (a zombie its parent has not reaped yet does not): the step's srun, a rank."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
             state = handle.read().rsplit(b")", 1)[-1].split()[0]
@@ -182,14 +184,19 @@ def end_step(
             )
             for step_id in sorted(step_ids)
         ]
+        # This node's ranks ending tells that the scancel has been carried out (the other live
+        # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
+        here = [r.pid for r in ranks if r.pid and r.node == ctx.node]
         deadline = time.monotonic() + wait_s
-        while step_running(step_pid) and time.monotonic() < deadline:
+        while running(step_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
+            if here and not any(running(pid) for pid in here):
+                break
         for cancel in cancels:  # slurmctld has the request; the client need not linger
             if cancel.poll() is None:
                 cancel.kill()
             cancel.wait()
-        if not step_running(step_pid):
+        if not running(step_pid):
             return
         say(f"the step (pid {step_pid}) did not end after scancel: killing it")
     for pid in [*(r.pid for r in ranks if r.pid and r.node == ctx.node), step_pid]:
@@ -259,23 +266,37 @@ def ranks_gone(
 
 
 def watch(ctx: Context, step_pid: int, poll_s: float) -> int:
+    """Read the heartbeats every `poll_s`; look for failure reports and the step's end every tick."""
     samples: dict[tuple[int, int], float] = {}
     gone_since: float | None = None
     answered: dict[str, float] = {}  # silent nodes that answered a probe, and when
     silent_after = hang_rule.node_silent_after(ctx.settings)
-    while step_running(step_pid):
+    beats: list[Heartbeat] = []
+    silent: list[str] = []
+    next_read = 0.0
+    while running(step_pid):
         now = time.time()
-        beats = this_attempt(ctx, ctx.run.read_heartbeats())
-        ranks = hang_rule.observe(beats, now)
-        for seen in ranks:
-            if seen.step_s:
-                samples[(seen.rank, seen.step)] = seen.step_s
-        while len(samples) > MAX_STEP_SAMPLES:
-            samples.pop(next(iter(samples)))
-        median_s = hang_rule.median_step_s(samples.values())
-        silent = sorted(
-            b.node for b in beats if now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
-        )
+        if now >= next_read:
+            next_read = now + poll_s
+            beats = this_attempt(ctx, ctx.run.read_heartbeats())
+            ranks = hang_rule.observe(beats, now)
+            for seen in ranks:
+                if seen.step_s:
+                    samples[(seen.rank, seen.step)] = seen.step_s
+            while len(samples) > MAX_STEP_SAMPLES:
+                samples.pop(next(iter(samples)))
+            median_s = hang_rule.median_step_s(samples.values())
+            silent = sorted(
+                b.node
+                for b in beats
+                if now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
+            )
+            late = hang_rule.overdue(ctx.settings, ranks, median_s)
+            # Late ranks all on nodes that went silent: first find out whether those nodes still answer.
+            if late and not {r.node for r in late} <= set(silent):
+                return declare_hang(ctx, step_pid, beats, median_s)
+        # A failure report is one readdir away: a rank that failed while its peers wait on it for
+        # good (a lost node) ends the step within the grace, not a heartbeat interval later.
         failed = [
             f
             for f in ctx.run.read_failures()
@@ -287,14 +308,10 @@ def watch(ctx: Context, step_pid: int, poll_s: float) -> int:
                 if ranks_gone(ctx, step_pid, beats, silent, failed):
                     return 0
                 answered.update(dict.fromkeys(silent, time.time()))
-                gone_since = None
+                silent, gone_since = [], None
         else:
             gone_since = None
-        late = hang_rule.overdue(ctx.settings, ranks, median_s)
-        # Late ranks all on nodes that went silent: first find out whether those nodes still answer.
-        if late and not {r.node for r in late} <= set(silent):
-            return declare_hang(ctx, step_pid, beats, median_s)
-        time.sleep(poll_s)
+        time.sleep(min(poll_s, TICK_S))
     return 0
 
 

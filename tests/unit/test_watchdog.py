@@ -397,3 +397,101 @@ def test_a_silent_node_that_answers_is_a_hang_of_its_ranks(
     report = read_json(run.hang_report, HangReport)
     assert isinstance(report, HangReport)
     assert [(r.rank, r.node) for r in report.hung] == [(2, "node2")]
+
+
+# -- ranks gone: a failure report while peers wait for good ------------------------------------
+
+
+def test_a_failure_report_ends_the_step_within_the_grace_not_a_heartbeat_interval(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rank that failed (its peer's node lost) is seen on the watchdog's short tick: the step ends
+    about GONE_GRACE_S after the report, even with heartbeats read only every 30 s."""
+    import threading
+
+    from hpctrain.rundir import FailureReport
+    from hpctrain.runtime import watchdog
+
+    run = RunDir(tmp_path)
+    now = time.time()
+    beat = RankBeat(step=5, phase="collective", time=now, step_since=now, step_s=0.1, pid=1)
+    run.write_heartbeat(Heartbeat(node="node1", time=now, attempt=0, step_id="0", ranks={0: beat}))
+    ended: list[float] = []
+    monkeypatch.setattr(watchdog, "end_step", lambda *args: ended.append(time.monotonic()))
+    monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.5)
+    ctx = watchdog.Context(
+        run=run,
+        settings=Watchdog(hang_timeout=60, heartbeat_interval=30),
+        attempt=0,
+        job_id="4242",
+        node="node1",
+        signum=signal.SIGUSR2,
+        started=now - 1,
+    )
+    report = FailureReport(rank=0, hostname="node1", error_type="RuntimeError", message="reset", time=now)
+    failed_at: list[float] = []
+
+    def fail_soon() -> None:
+        time.sleep(0.5)
+        failed_at.append(time.monotonic())
+        run.write_failure(report)
+
+    writer = threading.Thread(target=fail_soon)
+    step = subprocess.Popen(["sleep", "60"])
+    try:
+        writer.start()
+        assert watchdog.watch(ctx, step.pid, poll_s=30) == 0
+    finally:
+        writer.join()
+        step.kill()
+        step.wait()
+    assert len(ended) == 1
+    assert ended[0] - failed_at[0] < 0.5 + 3 * watchdog.TICK_S, ended[0] - failed_at[0]
+
+
+def test_ending_a_step_stops_waiting_once_this_nodes_ranks_are_gone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """srun waits for good on a lost node's tasks: once the scancel has ended this node's ranks, srun
+    is killed without waiting out the rest of `wait_s`. (scancel here stands in for slurmstepd: it
+    kills the rank it is given in HPCTRAIN_TEST_RANK_PID, and never ends srun.)"""
+    from hpctrain.runtime import watchdog
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "scancel").write_text('#!/bin/sh\nkill -9 "$HPCTRAIN_TEST_RANK_PID"\n')
+    (bin_dir / "scancel").chmod(0o755)
+    rank = subprocess.Popen(["sleep", "60"])
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("HPCTRAIN_TEST_RANK_PID", str(rank.pid))
+    ctx = watchdog.Context(
+        run=RunDir(tmp_path),
+        settings=Watchdog(),
+        attempt=0,
+        job_id="4242",
+        node="node1",
+        signum=signal.SIGUSR2,
+        started=time.time(),
+    )
+    step = subprocess.Popen(["sleep", "60"])
+    seen = [
+        Seen(
+            rank=0,
+            node="node1",
+            step=3,
+            phase="collective",
+            idle_s=0.0,
+            silent_s=0.0,
+            step_s=None,
+            pid=rank.pid,
+        )
+    ]
+    try:
+        began = time.monotonic()
+        watchdog.end_step(ctx, step.pid, {"0"}, seen, wait_s=30)
+        assert time.monotonic() - began < 5
+        assert rank.wait(timeout=5) == -signal.SIGKILL and step.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        for proc in (step, rank):
+            proc.kill()
+            proc.wait()
