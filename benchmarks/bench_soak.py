@@ -150,6 +150,9 @@ def main() -> None:
     parser.add_argument("--gap", type=float, nargs=2, default=(60.0, 90.0), help="Seconds between faults.")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--step-ms", type=float, default=10.0, help="Expected step time, to size the job.")
+    parser.add_argument(
+        "--hang-timeout", type=float, default=5.0, help="watchdog.hang_timeout: a step this long is a hang."
+    )
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--no-warm-standby", dest="warm_standby", action="store_false", help="Restarts start cold."
@@ -168,7 +171,7 @@ def main() -> None:
         "restart.max=100",
         "restart.exclude_failed_nodes=false",
         f"restart.warm_standby={'true' if args.warm_standby else 'false'}",
-        "watchdog.hang_timeout=10",
+        f"watchdog.hang_timeout={args.hang_timeout:g}",
         "watchdog.heartbeat_interval=2",
     )
     soak = Soak(entry["job_id"], entry["run_dir"], time.time())
