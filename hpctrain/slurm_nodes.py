@@ -13,6 +13,7 @@ a --nodelist pin to a dead node is dropped, or the job could never start) and se
 from __future__ import annotations
 
 import socket
+import subprocess
 import time
 
 from hpctrain.attempts import History, restart_policy
@@ -82,6 +83,22 @@ def slurmd_unreachable(node: str, record: dict[str, str], tries: int = 2) -> boo
         except OSError:
             continue
     return True
+
+
+def answers(node: str, record: dict[str, str], timeout_s: float, job_id: str = "") -> bool:
+    """Does `node` run a task of the job now? A slurmd that refuses or never completes a connection
+    does not, and that is known in seconds; one that accepts is asked to run `true` (srun to a stuck
+    slurmd hangs: the timeout)."""
+    if slurmd_unreachable(node, record):
+        return False
+    argv = ["srun", "--overlap", "--quiet", "--nodes=1", "--ntasks=1", f"--nodelist={node}"]
+    if job_id:
+        argv.append(f"--jobid={job_id}")
+    try:
+        probe = subprocess.run([*argv, "true"], capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
 
 
 def is_dead(state: str) -> bool:

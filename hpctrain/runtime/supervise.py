@@ -18,7 +18,6 @@ decision itself is :func:`decide`, a pure function of the history and what the s
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -38,7 +37,7 @@ from hpctrain.rundir import (
     tail_lines,
 )
 from hpctrain.slurm_facts import FailedTask, srun_task_errors
-from hpctrain.slurm_nodes import down_nodes, hostnames, is_dead, job_record, node_records, slurmd_unreachable
+from hpctrain.slurm_nodes import answers, down_nodes, hostnames, is_dead, job_record, node_records
 from hpctrain.spec.job import Restart
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
@@ -198,25 +197,13 @@ def allocation_nodes(job_ref: str) -> list[str]:
     return nodes or hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
 
 
-def answers(node: str, record: dict[str, str]) -> bool:
-    """Does `node` run a task now? A slurmd that refuses connections does not, and says so at once;
-    one that accepts is asked to run `true` (srun to a stuck slurmd hangs: the timeout)."""
-    if slurmd_unreachable(node, record):
-        return False
-    argv = ["srun", "--overlap", "--quiet", "--nodes=1", "--ntasks=1", f"--nodelist={node}", "true"]
-    try:
-        return subprocess.run(argv, capture_output=True, timeout=PROBE_TIMEOUT_S, check=False).returncode == 0
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-
-
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
     """Nodes of the attempt that are gone: out of the allocation, marked dead, or not answering."""
     records = node_records(nodes)
     gone = [n for n in nodes if n not in allocation or is_dead(records.get(n, {}).get("State", ""))]
     rest = [n for n in nodes if n not in gone]
     with ThreadPoolExecutor(max_workers=min(16, len(rest) or 1)) as pool:
-        replies = pool.map(lambda node: answers(node, records.get(node, {})), rest)
+        replies = pool.map(lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S), rest)
         silent = [n for n, ok in zip(rest, replies, strict=True) if not ok]
     return sorted(gone + silent)
 

@@ -32,6 +32,8 @@ from pathlib import Path
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, write_json
 from hpctrain.runtime import hang_rule, heartbeat, stacks
 from hpctrain.runtime.hang_rule import Seen
+from hpctrain.slurm_nodes import answers as node_answers
+from hpctrain.slurm_nodes import node_records
 from hpctrain.spec.job import Watchdog
 
 GONE_GRACE_S = 2.0
@@ -256,7 +258,12 @@ def ranks_gone(
         who = ", ".join(f"rank {f.rank} ({f.error_type or 'failed'})" for f in failed[:SHOWN_RANKS])
         say(f"{who} failed and the step goes on without it: ending the step")
     else:
-        gone = [n for n in silent if ctx.job_id and not _srun_on(ctx, n, ["true"], PROBE_TIMEOUT_S)]
+        records = node_records(silent) if ctx.job_id else {}
+        gone = [
+            n
+            for n in silent
+            if ctx.job_id and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id)
+        ]
         if not gone:
             return False
         say(f"no heartbeat from {', '.join(gone)} and no answer: ending the step")
