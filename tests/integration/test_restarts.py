@@ -121,6 +121,29 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
         subprocess.run(["scancel", job_id], check=False)
 
 
+@pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
+def test_a_killed_rank_is_relaunched_under_the_other_launchers(
+    launcher: str, hpctrain_home: Path, tmp_path: Path
+) -> None:
+    """The supervisor's loop is the launchers' own: under torchrun (one agent per node) and mpi the
+    killed rank's step ends too, and the next attempt resumes in the same allocation."""
+    train = {"steps": 200, "checkpoint_every": 20}
+    job_id, run = submit_two_by_two(tmp_path, f"restart-{launcher}", train, launcher=launcher)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: latest_step(run) >= 30, timeout=240), logs(run)
+        os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
+        final = wait_state(job_id, set(), timeout=400)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
+        assert {line.job_id for line in History.read(RunDir(run)).lines} == {job_id}  # no queue
+        resumed = events(run, "resumed")
+        assert resumed and resumed[-1]["step"] >= 20, resumed
+        assert json.loads((run / "result.json").read_text())["step"] == 200
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+
+
 def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tmp_path: Path) -> None:
     """The restart hands the attempt to the standby step, whose tasks imported torch before the kill."""
     job_id, run = submit_two_by_two(
