@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -496,3 +497,51 @@ def test_ending_a_step_stops_waiting_once_this_nodes_ranks_are_gone(
         for proc in (step, rank):
             proc.kill()
             proc.wait()
+
+
+def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Overdue at the first look, advancing at the second (after the stacks): no hang report, the
+    step is not ended, and the watchdog goes on watching until the step ends by itself."""
+    from hpctrain.runtime import watchdog
+
+    run = RunDir(tmp_path)
+    now = time.time()
+
+    def node_file(step_since: float, step: int) -> Heartbeat:
+        beat = RankBeat(
+            step=step, phase="backward", time=time.time(), step_since=step_since, step_s=0.1, pid=1
+        )
+        return Heartbeat(node="node1", time=time.time(), attempt=0, step_id="0", ranks={0: beat})
+
+    run.write_heartbeat(node_file(now - 8, 50))  # 8 s into step 50: overdue against 5 s
+    step = subprocess.Popen(["sleep", "60"])
+    looks: list[float] = []
+
+    def stacks_then_advance(ctx: object, nodes: object) -> dict[int, str]:
+        looks.append(time.time())
+        run.write_heartbeat(node_file(time.time() - 0.2, 51))  # the rank moved on meanwhile
+        if len(looks) == 1:
+            threading.Timer(1.0, step.kill).start()  # the step then ends by itself
+        return {}
+
+    ended: list[object] = []
+    monkeypatch.setattr(watchdog, "collect_stacks", stacks_then_advance)
+    monkeypatch.setattr(watchdog, "end_step", lambda *args: ended.append(args))
+    ctx = watchdog.Context(
+        run=run,
+        settings=Watchdog(hang_timeout=5, heartbeat_interval=1),
+        attempt=0,
+        job_id="4242",
+        node="node1",
+        signum=signal.SIGUSR2,
+        started=now - 60,
+    )
+    try:
+        assert watchdog.watch(ctx, step.pid, poll_s=0.2) == 0
+    finally:
+        step.kill()
+        step.wait()
+    assert looks and not ended
+    assert not run.hang_report.exists()
