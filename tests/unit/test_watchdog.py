@@ -19,7 +19,7 @@ from hpctrain import health, spec
 from hpctrain.rundir import HangReport, Heartbeat, RankBeat, RunDir, read_json
 from hpctrain.runtime import hang_rule, stacks
 from hpctrain.runtime.hang_rule import Seen
-from hpctrain.runtime.watchdog import diagnose, summary
+from hpctrain.runtime.watchdog import Context, diagnose, summary
 from hpctrain.spec.job import Watchdog
 from tests.conftest import REPO
 
@@ -341,6 +341,19 @@ def test_the_watchdog_names_a_stopped_rank_collects_stacks_and_ends_the_step(tmp
         step.wait()
 
 
+def context(run: RunDir, settings: Watchdog, started: float, job_id: str = "4242") -> Context:
+    """The watchdog of attempt 0 of job `job_id`, running on node1."""
+    return Context(
+        run=run,
+        settings=settings,
+        attempt=0,
+        job_id=job_id,
+        node="node1",
+        signum=signal.SIGUSR2,
+        started=started,
+    )
+
+
 # -- ranks gone: a silent node ------------------------------------------------------------------
 
 
@@ -365,15 +378,7 @@ def silent_node_run(
     )
     monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
     monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.0)
-    ctx = watchdog.Context(
-        run=run,
-        settings=Watchdog(hang_timeout=10, heartbeat_interval=1),
-        attempt=0,
-        job_id="4242",
-        node="node1",
-        signum=signal.SIGUSR2,
-        started=now - 60,
-    )
+    ctx = context(run, Watchdog(hang_timeout=10, heartbeat_interval=1), started=now - 60)
     step = subprocess.Popen(["sleep", "60"])
     try:
         assert watchdog.watch(ctx, step.pid, poll_s=0.1) == 0
@@ -421,15 +426,7 @@ def test_a_failure_report_ends_the_step_within_the_grace_not_a_heartbeat_interva
     ended: list[float] = []
     monkeypatch.setattr(watchdog, "end_step", lambda *args: ended.append(time.monotonic()))
     monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.5)
-    ctx = watchdog.Context(
-        run=run,
-        settings=Watchdog(hang_timeout=60, heartbeat_interval=30),
-        attempt=0,
-        job_id="4242",
-        node="node1",
-        signum=signal.SIGUSR2,
-        started=now - 1,
-    )
+    ctx = context(run, Watchdog(hang_timeout=60, heartbeat_interval=30), started=now - 1)
     report = FailureReport(rank=0, hostname="node1", error_type="RuntimeError", message="reset", time=now)
     failed_at: list[float] = []
 
@@ -466,15 +463,7 @@ def test_ending_a_step_stops_waiting_once_this_nodes_ranks_are_gone(
     rank = subprocess.Popen(["sleep", "60"])
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
     monkeypatch.setenv("HPCTRAIN_TEST_RANK_PID", str(rank.pid))
-    ctx = watchdog.Context(
-        run=RunDir(tmp_path),
-        settings=Watchdog(),
-        attempt=0,
-        job_id="4242",
-        node="node1",
-        signum=signal.SIGUSR2,
-        started=time.time(),
-    )
+    ctx = context(RunDir(tmp_path), Watchdog(), started=time.time())
     step = subprocess.Popen(["sleep", "60"])
     seen = [
         Seen(
@@ -529,15 +518,7 @@ def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
     ended: list[object] = []
     monkeypatch.setattr(watchdog, "collect_stacks", stacks_then_advance)
     monkeypatch.setattr(watchdog, "end_step", lambda *args: ended.append(args))
-    ctx = watchdog.Context(
-        run=run,
-        settings=Watchdog(hang_timeout=5, heartbeat_interval=1),
-        attempt=0,
-        job_id="4242",
-        node="node1",
-        signum=signal.SIGUSR2,
-        started=now - 60,
-    )
+    ctx = context(run, Watchdog(hang_timeout=5, heartbeat_interval=1), started=now - 60)
     try:
         assert watchdog.watch(ctx, step.pid, poll_s=0.2) == 0
     finally:
