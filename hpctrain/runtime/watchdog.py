@@ -175,6 +175,7 @@ def end_step(
 ) -> None:
     """Kill the step's tasks (scancel JOB.STEP); without Slurm, or if that fails, the step's
     process and the ranks of this node."""
+    here = [r.pid for r in ranks if r.pid and r.node == ctx.node]
     if ctx.job_id and step_ids:
         # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
         # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
@@ -188,7 +189,6 @@ def end_step(
         ]
         # This node's ranks ending tells that the scancel has been carried out (the other live
         # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
-        here = [r.pid for r in ranks if r.pid and r.node == ctx.node]
         deadline = time.monotonic() + wait_s
         while running(step_pid) and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -201,7 +201,7 @@ def end_step(
         if not running(step_pid):
             return
         say(f"the step (pid {step_pid}) did not end after scancel: killing it")
-    for pid in [*(r.pid for r in ranks if r.pid and r.node == ctx.node), step_pid]:
+    for pid in [*here, step_pid]:
         try:
             os.kill(pid, signal.SIGKILL)
         except OSError:
