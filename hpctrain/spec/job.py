@@ -26,7 +26,18 @@ from hpctrain.slurm_values import (
     signal_name,
     time_minutes,
 )
-from hpctrain.spec.base import Base, Count, EnvValue, NodeName, Seconds, ShellLine, SlurmWord
+from hpctrain.spec.base import (
+    Base,
+    Count,
+    EnvValue,
+    NodeName,
+    NonNegative,
+    Positive,
+    Seconds,
+    ShellLine,
+    SlurmWord,
+    Whole,
+)
 from hpctrain.spec.sweep import Sweep
 
 # torchao's Float8LinearRecipeName values, plus tensorwise with fast accumulation in backward as well
@@ -39,34 +50,38 @@ DEFAULT_FP8_RECIPE: FP8Recipe = "tensorwise-fast"
 
 
 class Resources(Base):
-    nodes: Annotated[int, Meta(ge=1, description="Number of nodes.")] = 1
-    gpus_per_node: Annotated[int, Meta(ge=0, description="GPUs per node; 0 runs on CPUs with gloo.")] = 0
-    tasks_per_node: Annotated[
-        int | None,
-        Meta(description="Processes per node; defaults to gpus_per_node (or 1 on CPU jobs)."),
-    ] = None
-    cpus_per_task: Annotated[int, Meta(ge=1, description="CPU cores per task (per GPU).")] = 1
-    mem: Annotated[
-        str | None, Meta(description="Memory per node, Slurm syntax (16G); site default if unset.")
-    ] = None
-    time: Annotated[str, Meta(description="Time limit, Slurm syntax (HH:MM:SS, D-HH:MM).")] = "00:30:00"
-    partition: Annotated[SlurmWord | None, Meta(description="Partition; site default if unset.")] = None
-    account: Annotated[SlurmWord | None, Meta(description="Account to charge.")] = None
-    qos: Annotated[SlurmWord | None, Meta(description="Quality of service.")] = None
-    constraint: Annotated[SlurmWord | None, Meta(description="Node feature constraint (--constraint).")] = (
-        None
-    )
-    exclusive: Annotated[bool, Meta(description="Ask for whole nodes (--exclusive).")] = False
-    gpu_type: Annotated[
-        SlurmWord | None,
-        Meta(description="GPU type (--gres=gpu:TYPE:N); must be the partition's; default: the partition's."),
-    ] = None
-    exclude: Annotated[list[NodeName], Meta(description="Nodes never to run on (--exclude).")] = []
-    nodelist: Annotated[
-        list[NodeName], Meta(description="Nodes the job must include (--nodelist); at most `nodes` of them.")
-    ] = []
-    reservation: Annotated[SlurmWord | None, Meta(description="Run inside this reservation.")] = None
-    licenses: Annotated[SlurmWord | None, Meta(description="Licenses to hold (--licenses=matlab:1).")] = None
+    nodes: Count = 1
+    """Number of nodes."""
+    gpus_per_node: Whole = 0
+    """GPUs per node; 0 runs on CPUs with gloo."""
+    tasks_per_node: int | None = None
+    """Processes per node; defaults to gpus_per_node (or 1 on CPU jobs)."""
+    cpus_per_task: Count = 1
+    """CPU cores per task (per GPU)."""
+    mem: str | None = None
+    """Memory per node, Slurm syntax (16G); site default if unset."""
+    time: str = "00:30:00"
+    """Time limit, Slurm syntax (HH:MM:SS, D-HH:MM)."""
+    partition: SlurmWord | None = None
+    """Partition; site default if unset."""
+    account: SlurmWord | None = None
+    """Account to charge."""
+    qos: SlurmWord | None = None
+    """Quality of service."""
+    constraint: SlurmWord | None = None
+    """Node feature constraint (--constraint)."""
+    exclusive: bool = False
+    """Ask for whole nodes (--exclusive)."""
+    gpu_type: SlurmWord | None = None
+    """GPU type (--gres=gpu:TYPE:N); must be the partition's; default: the partition's."""
+    exclude: list[NodeName] = []
+    """Nodes never to run on (--exclude)."""
+    nodelist: list[NodeName] = []
+    """Nodes the job must include (--nodelist); at most `nodes` of them."""
+    reservation: SlurmWord | None = None
+    """Run inside this reservation."""
+    licenses: SlurmWord | None = None
+    """Licenses to hold (--licenses=matlab:1)."""
 
     def __post_init__(self) -> None:
         check("time", time_minutes, self.time)
@@ -88,62 +103,55 @@ class Resources(Base):
 
 
 class ParameterServer(Base):
-    servers: Annotated[int, Meta(ge=1, description="Server processes holding parameter shards.")] = 1
-    mode: Annotated[
-        Literal["sync", "async", "bounded"],
-        Meta(
-            description="sync: average all workers per step; async: apply on arrival; "
-            "bounded: async with at most `staleness` steps of lag."
-        ),
-    ] = "sync"
-    staleness: Annotated[int, Meta(ge=0, description="Staleness limit for bounded mode.")] = 2
-    heterogeneous: Annotated[
-        bool,
-        Meta(
-            description="Submit servers as their own Slurm hetjob component; false runs them in "
-            "the workers' allocation."
-        ),
-    ] = True
-    partition: Annotated[SlurmWord | None, Meta(description="Partition for the servers.")] = None
-    nodes: Annotated[int, Meta(ge=1, description="Nodes for the server component.")] = 1
-    cpus_per_server: Annotated[int, Meta(ge=1, description="CPU cores per server.")] = 1
-    mem: Annotated[str | None, Meta(description="Memory per server node (Slurm syntax).")] = None
-    worker_timeout: Annotated[
-        Seconds, Meta(description="Seconds of silence after which async servers drop a worker.")
-    ] = 30.0
-    feeding: Annotated[
-        Literal["between-graph", "in-graph"],
-        Meta(
-            description="between-graph: each worker reads its own data shard; in-graph: server 0 "
-            "reads the data and sends each worker its batch with its reply."
-        ),
-    ] = "between-graph"
+    servers: Count = 1
+    """Server processes holding parameter shards."""
+    mode: Literal["sync", "async", "bounded"] = "sync"
+    """sync: average all workers per step; async: apply on arrival; bounded: async with at most `staleness`
+    steps of lag.
+    """
+    staleness: Whole = 2
+    """Staleness limit for bounded mode."""
+    heterogeneous: bool = True
+    """Submit servers as their own Slurm hetjob component; false runs them in the workers' allocation."""
+    partition: SlurmWord | None = None
+    """Partition for the servers."""
+    nodes: Count = 1
+    """Nodes for the server component."""
+    cpus_per_server: Count = 1
+    """CPU cores per server."""
+    mem: str | None = None
+    """Memory per server node (Slurm syntax)."""
+    worker_timeout: Seconds = 30.0
+    """Seconds of silence after which async servers drop a worker."""
+    feeding: Literal["between-graph", "in-graph"] = "between-graph"
+    """between-graph: each worker reads its own data shard; in-graph: server 0 reads the data and sends each
+    worker its batch with its reply.
+    """
 
 
 class Parallel(Base):
     """Parallel dimensions; their product is the world size (one dimension may be -1 = the rest)."""
 
-    dp: Annotated[int, Meta(description="Data-parallel replicas (DDP); -1 fills the rest.")] = -1
-    fsdp: Annotated[int, Meta(description="Fully sharded (FSDP2) degree; -1 fills the rest.")] = 1
-    tp: Annotated[int, Meta(description="Tensor-parallel degree, inside one node.")] = 1
-    pp: Annotated[int, Meta(description="Pipeline stages.")] = 1
-    pp_schedule: Annotated[
-        Literal["gpipe", "1f1b", "interleaved1f1b"], Meta(description="Pipeline schedule.")
-    ] = "1f1b"
-    microbatches: Annotated[int, Meta(ge=1, description="Pipeline microbatches per step.")] = 4
-    reshard_after_forward: Annotated[
-        bool, Meta(description="FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2).")
-    ] = True
-    cpu_offload: Annotated[
-        bool,
-        Meta(
-            description="FSDP: keep parameters, gradients and optimizer state in host memory (FSDP2's "
-            "CPUOffloadPolicy; the optimizer step runs on the CPU). Needs fsdp sharding, no pp."
-        ),
-    ] = False
-    ps: Annotated[
-        ParameterServer | None, Meta(description="Parameter-server training instead of collectives.")
-    ] = None
+    dp: int = -1
+    """Data-parallel replicas (DDP); -1 fills the rest."""
+    fsdp: int = 1
+    """Fully sharded (FSDP2) degree; -1 fills the rest."""
+    tp: int = 1
+    """Tensor-parallel degree, inside one node."""
+    pp: int = 1
+    """Pipeline stages."""
+    pp_schedule: Literal["gpipe", "1f1b", "interleaved1f1b"] = "1f1b"
+    """Pipeline schedule."""
+    microbatches: Count = 4
+    """Pipeline microbatches per step."""
+    reshard_after_forward: bool = True
+    """FSDP: free gathered weights after forward (ZeRO-3) or keep (ZeRO-2)."""
+    cpu_offload: bool = False
+    """FSDP: keep parameters, gradients and optimizer state in host memory (FSDP2's CPUOffloadPolicy; the
+    optimizer step runs on the CPU). Needs fsdp sharding, no pp.
+    """
+    ps: ParameterServer | None = None
+    """Parameter-server training instead of collectives."""
 
     def __post_init__(self) -> None:
         check_request(self.degrees)
@@ -177,82 +185,68 @@ SHORTHANDS: dict[str, Parallel] = {
 class Train(Base):
     """What the runtime does inside the allocation."""
 
-    entrypoint: Annotated[
-        str,
-        Meta(
-            pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z",
-            description="module:function returning an hpctrain.runtime.task.Task.",
-        ),
-    ]
-    parallel: Annotated[
-        Literal["ddp", "fsdp", "tp", "pp", "ps"] | Parallel,
-        Meta(description="Shorthand (ddp, fsdp, tp, pp, ps) or explicit dims {dp, fsdp, tp, pp, ...}."),
-    ] = "ddp"
-    steps: Annotated[int, Meta(ge=1, description="Optimizer steps to train.")] = 100
-    batch_size: Annotated[int, Meta(ge=1, description="Global batch size (samples per step).")] = 32
-    grad_accum: Annotated[int, Meta(ge=1, description="Micro-steps accumulated per optimizer step.")] = 1
-    lr: Annotated[float, Meta(gt=0, description="Peak learning rate.")] = 1e-3
-    weight_decay: Annotated[float, Meta(ge=0, description="AdamW weight decay.")] = 0.0
-    warmup_steps: Annotated[int, Meta(ge=0, description="Linear warm-up steps.")] = 0
-    lr_schedule: Annotated[Literal["constant", "cosine"], Meta(description="LR decay.")] = "constant"
-    grad_clip: Annotated[
-        Annotated[float, Meta(gt=0)] | None, Meta(description="Clip gradient norm to this value (> 0).")
-    ] = None
-    seed: Annotated[int, Meta(description="Seed for model init, data order and dropout.")] = 0
-    deterministic: Annotated[
-        bool, Meta(description="Deterministic algorithms and data order (bitwise-repeatable runs).")
-    ] = False
-    precision: Annotated[
-        Literal["auto", "fp32", "bf16", "fp8"],
-        Meta(
-            description="auto = bf16 autocast on GPU, fp32 on CPU; fp8 = torchao float8 matmuls for the "
-            "large linear layers (H100/H200, needs torchao), bf16 autocast for the rest."
-        ),
-    ] = "auto"
-    fp8_recipe: Annotated[
-        FP8Recipe,
-        Meta(
-            description="With precision fp8: torchao's scaling recipe. tensorwise-fast (default) is "
-            "tensorwise with fast accumulation in all three matmuls (1.16x bf16 on the 944M GPT, loss within "
-            "1% after 200 steps); tensorwise accumulates the backward matmuls precisely (1.13x); rowwise and "
-            "rowwise_with_gw_hp scale per row (slower on H100/H200 for GPT-sized layers)."
-        ),
-    ] = DEFAULT_FP8_RECIPE
-    activation_checkpointing: Annotated[
-        Literal["none", "selective", "full"],
-        Meta(
-            description="Recompute activations in backward per block (Task.shard_units): selective keeps "
-            "matmul and attention outputs, full keeps only block inputs."
-        ),
-    ] = "none"
-    compile: Annotated[bool, Meta(description="torch.compile the model.")] = False
-    log_every: Annotated[int, Meta(ge=1, description="Steps between metrics lines.")] = 10
-    tensorboard: Annotated[
-        bool,
-        Meta(
-            description="Rank 0 also writes TensorBoard event files into the run directory's tensorboard/ "
-            "(one curve across requeues; needs the tensorboard package)."
-        ),
-    ] = True
-    wandb: Annotated[
-        str | None,
-        Meta(
-            description="W&B project rank 0 also logs to: one W&B run per hpctrain run (id = run id), "
-            "resumed after requeues and restarts (needs wandb; WANDB_MODE=offline works without a server)."
-        ),
-    ] = None
-    eval_every: Annotated[int, Meta(ge=0, description="Steps between evaluations; 0 = at the end.")] = 0
-    checkpoint_every: Annotated[int, Meta(ge=0, description="Steps between checkpoints; 0 = end only.")] = 0
-    keep_checkpoints: Annotated[int, Meta(ge=1, description="Checkpoints kept on disk.")] = 2
-    timeout_s: Annotated[
-        int, Meta(ge=10, description="Collective timeout: a dead peer ends the job after this long.")
-    ] = 120
-    export_final: Annotated[
-        bool, Meta(description="Rank 0 writes the full final weights to final_model.pt in the run dir.")
-    ] = False
-    options: Annotated[
-        dict[str, Any], Meta(description="Free-form settings handed to the entrypoint (model size...).")
-    ] = {}
+    entrypoint: Annotated[str, Meta(pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z")]
+    """module:function returning an hpctrain.runtime.task.Task."""
+    parallel: Literal["ddp", "fsdp", "tp", "pp", "ps"] | Parallel = "ddp"
+    """Shorthand (ddp, fsdp, tp, pp, ps) or explicit dims {dp, fsdp, tp, pp, ...}."""
+    steps: Count = 100
+    """Optimizer steps to train."""
+    batch_size: Count = 32
+    """Global batch size (samples per step)."""
+    grad_accum: Count = 1
+    """Micro-steps accumulated per optimizer step."""
+    lr: Positive = 1e-3
+    """Peak learning rate."""
+    weight_decay: NonNegative = 0.0
+    """AdamW weight decay."""
+    warmup_steps: Whole = 0
+    """Linear warm-up steps."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """LR decay."""
+    grad_clip: Positive | None = None
+    """Clip gradient norm to this value (> 0)."""
+    seed: int = 0
+    """Seed for model init, data order and dropout."""
+    deterministic: bool = False
+    """Deterministic algorithms and data order (bitwise-repeatable runs)."""
+    precision: Literal["auto", "fp32", "bf16", "fp8"] = "auto"
+    """auto = bf16 autocast on GPU, fp32 on CPU; fp8 = torchao float8 matmuls for the large linear layers
+    (H100/H200, needs torchao), bf16 autocast for the rest.
+    """
+    fp8_recipe: FP8Recipe = DEFAULT_FP8_RECIPE
+    """With precision fp8: torchao's scaling recipe. tensorwise-fast (default) is tensorwise with fast
+    accumulation in all three matmuls (1.16x bf16 on the 944M GPT, loss within 1% after 200 steps);
+    tensorwise accumulates the backward matmuls precisely (1.13x); rowwise and rowwise_with_gw_hp scale per
+    row (slower on H100/H200 for GPT-sized layers).
+    """
+    activation_checkpointing: Literal["none", "selective", "full"] = "none"
+    """Recompute activations in backward per block (Task.shard_units): selective keeps matmul and attention
+    outputs, full keeps only block inputs.
+    """
+    compile: bool = False
+    """torch.compile the model."""
+    log_every: Count = 10
+    """Steps between metrics lines."""
+    tensorboard: bool = True
+    """Rank 0 also writes TensorBoard event files into the run directory's tensorboard/ (one curve across
+    requeues; needs the tensorboard package).
+    """
+    wandb: str | None = None
+    """W&B project rank 0 also logs to: one W&B run per hpctrain run (id = run id), resumed after requeues and
+    restarts (needs wandb; WANDB_MODE=offline works without a server).
+    """
+    eval_every: Whole = 0
+    """Steps between evaluations; 0 = at the end."""
+    checkpoint_every: Whole = 0
+    """Steps between checkpoints; 0 = end only."""
+    keep_checkpoints: Count = 2
+    """Checkpoints kept on disk."""
+    timeout_s: Annotated[int, Meta(ge=10)] = 120
+    """Collective timeout: a dead peer ends the job after this long."""
+    export_final: bool = False
+    """Rank 0 writes the full final weights to final_model.pt in the run dir."""
+    options: dict[str, Any] = {}
+    """Free-form settings handed to the entrypoint (model size...)."""
 
     @property
     def parallel_dims(self) -> Parallel:
@@ -260,13 +254,12 @@ class Train(Base):
 
 
 class Preemption(Base):
-    signal: Annotated[
-        str, Meta(description="Signal Slurm sends before the time limit (USR1, SIGTERM...).")
-    ] = "USR1"
-    lead_time: Annotated[
-        int, Meta(ge=0, description="Seconds before the time limit that the signal comes.")
-    ] = 90
-    requeue: Annotated[bool, Meta(description="Checkpoint and requeue on the signal.")] = True
+    signal: str = "USR1"
+    """Signal Slurm sends before the time limit (USR1, SIGTERM...)."""
+    lead_time: Whole = 90
+    """Seconds before the time limit that the signal comes."""
+    requeue: bool = True
+    """Checkpoint and requeue on the signal."""
 
     def __post_init__(self) -> None:
         check("signal", signal_name, self.signal)
@@ -278,140 +271,95 @@ FAULTS = ("hang", "rank_failure", "node_failure")
 class Restart(Base):
     """Recover by itself from the last good checkpoint when a fault ends the training step."""
 
-    max: Annotated[
-        int, Meta(ge=0, description="Restarts allowed over the whole run (0: the first fault ends the job).")
-    ] = 3
-    on: Annotated[
-        list[Literal[FAULTS]],  # type: ignore[valid-type]
-        Meta(
-            description="Faults that lead to a restart: hang (the watchdog saw no progress), rank_failure "
-            "(a rank exited or raised), node_failure (a node stopped answering)."
-        ),
-    ] = msgspec.field(default_factory=lambda: list(FAULTS))
-    exclude_failed_nodes: Annotated[
-        bool, Meta(description="Never run again on a node that failed or hung (ExcNodeList).")
-    ] = True
-    shrink: Annotated[
-        bool,
-        Meta(
-            description="After a node loss, go on with the nodes left in the allocation (same global batch, "
-            "more gradient accumulation) instead of going back to the queue."
-        ),
-    ] = True
-    min_nodes: Annotated[
-        Count | None,
-        Meta(description="Fewest nodes to go on with when shrinking; default: 1."),
-    ] = None
-    warm_standby: Annotated[
-        bool,
-        Meta(
-            description="Keep a second srun step ready on the attempt's nodes, its tasks with torch and the "
-            "runtime already imported, so that a restart on the same nodes skips start-up (srun launcher). "
-            "Costs one more process per rank (host memory) and its imports' CPU once per attempt."
-        ),
-    ] = False
-    standby_delay: Annotated[
-        float,
-        Meta(
-            ge=0,
-            description="Seconds at the most that the warm standby waits for the attempt beside it to train "
-            "before its own imports (on a node with few cores they would slow that attempt's start).",
-        ),
-    ] = 60.0
+    max: Whole = 3
+    """Restarts allowed over the whole run (0: the first fault ends the job)."""
+    on: list[Literal[FAULTS]] = msgspec.field(default_factory=lambda: list(FAULTS))  # type: ignore[valid-type]
+    """Faults that lead to a restart: hang (the watchdog saw no progress), rank_failure (a rank exited or
+    raised), node_failure (a node stopped answering).
+    """
+    exclude_failed_nodes: bool = True
+    """Never run again on a node that failed or hung (ExcNodeList)."""
+    shrink: bool = True
+    """After a node loss, go on with the nodes left in the allocation (same global batch, more gradient
+    accumulation) instead of going back to the queue.
+    """
+    min_nodes: Count | None = None
+    """Fewest nodes to go on with when shrinking; default: 1."""
+    warm_standby: bool = False
+    """Keep a second srun step ready on the attempt's nodes, its tasks with torch and the runtime already
+    imported, so that a restart on the same nodes skips start-up (srun launcher). Costs one more process
+    per rank (host memory) and its imports' CPU once per attempt.
+    """
+    standby_delay: NonNegative = 60.0
+    """Seconds at the most that the warm standby waits for the attempt beside it to train before its own
+    imports (on a node with few cores they would slow that attempt's start).
+    """
 
 
 class Watchdog(Base):
     """Find the rank that stopped advancing, name it, collect every rank's stack, end the step."""
 
-    enabled: Annotated[bool, Meta(description="Watch the ranks' heartbeats for hangs.")] = True
-    hang_timeout: Annotated[
-        Seconds,
-        Meta(
-            description="Seconds: a rank whose step has not advanced for max(hang_timeout, "
-            "step_time_factor x median step time) is hung.",
-        ),
-    ] = 30.0
-    step_time_factor: Annotated[
-        float, Meta(gt=0, description="How many median step times a step may take before it is a hang.")
-    ] = 10.0
-    startup_timeout: Annotated[
-        Seconds,
-        Meta(description="Seconds allowed until the first steps (imports, compile, checkpoint load)."),
-    ] = 600.0
-    slow_phase_timeout: Annotated[
-        Seconds, Meta(description="Seconds allowed for slow phases: checkpoint saves, evaluation.")
-    ] = 600.0
-    heartbeat_interval: Annotated[
-        float,
-        Meta(
-            ge=0.5,
-            description="Seconds between a node's heartbeat writes into the run directory (one file per "
-            "node, whatever its rank count).",
-        ),
-    ] = 5.0
+    enabled: bool = True
+    """Watch the ranks' heartbeats for hangs."""
+    hang_timeout: Seconds = 30.0
+    """Seconds: a rank whose step has not advanced for max(hang_timeout, step_time_factor x median step time)
+    is hung.
+    """
+    step_time_factor: Positive = 10.0
+    """How many median step times a step may take before it is a hang."""
+    startup_timeout: Seconds = 600.0
+    """Seconds allowed until the first steps (imports, compile, checkpoint load)."""
+    slow_phase_timeout: Seconds = 600.0
+    """Seconds allowed for slow phases: checkpoint saves, evaluation."""
+    heartbeat_interval: Annotated[float, Meta(ge=0.5)] = 5.0
+    """Seconds between a node's heartbeat writes into the run directory (one file per node, whatever its rank
+    count).
+    """
 
 
 class JobSpec(Base):
-    name: Annotated[str, Meta(pattern=NAME, description="Job name (letters, digits, . _ -).")]
-    train: Annotated[Train, Meta(description="The training the runtime does.")]
-    resources: Annotated[Resources, Meta(description="What to ask Slurm for.")] = Resources()
-    launcher: Annotated[
-        Literal["srun", "torchrun", "mpi"],
-        Meta(
-            description="srun: one task per GPU; torchrun: one torchrun per node; mpi: srun with "
-            "the site's MPI plugin, ranks from mpi4py."
-        ),
-    ] = "srun"
-    env: Annotated[dict[str, EnvValue], Meta(description="Environment variables for every task.")] = {}
-    setup: Annotated[
-        list[ShellLine],
-        Meta(description="Shell lines run before launch (module loads, venv activation); run as written."),
-    ] = []
-    array: Annotated[ArrayIndices | None, Meta(description="Job array indices, Slurm syntax (0-7%2).")] = None
-    dependency: Annotated[Dependency | None, Meta(description="Slurm dependency (afterok:123).")] = None
-    preemption: Annotated[
-        Preemption | None,
-        Meta(description="Signal before the time limit, and requeue; site default if unset."),
-    ] = None
-    begin: Annotated[
-        SlurmWord | None,
-        Meta(description="Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."),
-    ] = None
-    comment: Annotated[
-        Comment | None,
-        Meta(
-            description="Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."
-        ),
-    ] = None
-    mail_type: Annotated[
-        list[Literal[MAIL_TYPES]],  # type: ignore[valid-type]
-        Meta(description="When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."),
-    ] = []
-    mail_user: Annotated[
-        MailUser | None,
-        Meta(description="Who gets the mail (--mail-user); default: the submitting user."),
-    ] = None
-    sbatch: Annotated[
-        dict[str, str | int | bool],
-        Meta(
-            description="Other sbatch options, {option: value} without `--` (true: a flag); "
-            "options hpctrain sets itself are refused."
-        ),
-    ] = {}
-    restart: Annotated[
-        Restart, Meta(description="Restart by itself after a hang, a rank failure or a lost node.")
-    ] = Restart()
-    watchdog: Annotated[Watchdog, Meta(description="Hang detection (heartbeats, stacks).")] = Watchdog()
-    preflight: Annotated[
-        bool | None,
-        Meta(
-            description="Check nodes and an all-reduce before training; a bad node is excluded and the "
-            "job requeued. Default: on for multi-node GPU jobs."
-        ),
-    ] = None
-    sweep: Annotated[
-        Sweep | None, Meta(description="Hyper-parameter sweep; submit with `hpctrain sweep`.")
-    ] = None
+    name: Annotated[str, Meta(pattern=NAME)]
+    """Job name (letters, digits, . _ -)."""
+    train: Train
+    """The training the runtime does."""
+    resources: Resources = Resources()
+    """What to ask Slurm for."""
+    launcher: Literal["srun", "torchrun", "mpi"] = "srun"
+    """srun: one task per GPU; torchrun: one torchrun per node; mpi: srun with the site's MPI plugin, ranks
+    from mpi4py.
+    """
+    env: dict[str, EnvValue] = {}
+    """Environment variables for every task."""
+    setup: list[ShellLine] = []
+    """Shell lines run before launch (module loads, venv activation); run as written."""
+    array: ArrayIndices | None = None
+    """Job array indices, Slurm syntax (0-7%2)."""
+    dependency: Dependency | None = None
+    """Slurm dependency (afterok:123)."""
+    preemption: Preemption | None = None
+    """Signal before the time limit, and requeue; site default if unset."""
+    begin: SlurmWord | None = None
+    """Start no earlier than this (--begin: now+1hour, 2026-01-31T08:00)."""
+    comment: Comment | None = None
+    """Free text shown by squeue/sacct (--comment): letters, digits, spaces, .,:+@%=/-_[]."""
+    mail_type: list[Literal[MAIL_TYPES]] = []  # type: ignore[valid-type]
+    """When Slurm mails (--mail-type): BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT_90..."""
+    mail_user: MailUser | None = None
+    """Who gets the mail (--mail-user); default: the submitting user."""
+    sbatch: dict[str, str | int | bool] = {}
+    """Other sbatch options, {option: value} without `--` (true: a flag); options hpctrain sets itself are
+    refused.
+    """
+    restart: Restart = Restart()
+    """Restart by itself after a hang, a rank failure or a lost node."""
+    watchdog: Watchdog = Watchdog()
+    """Hang detection (heartbeats, stacks)."""
+    preflight: bool | None = None
+    """Check nodes and an all-reduce before training; a bad node is excluded and the job requeued. Default: on
+    for multi-node GPU jobs.
+    """
+    sweep: Sweep | None = None
+    """Hyper-parameter sweep; submit with `hpctrain sweep`."""
 
     def __post_init__(self) -> None:
         check_env("env", self.env)

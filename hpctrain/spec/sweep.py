@@ -13,40 +13,26 @@ from hpctrain.spec.base import Base, Count, EnvValue
 class EarlyStop(Base):
     """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
 
-    after_steps: Annotated[
-        int, Meta(ge=1, description="M: the first step at which trials are compared (an eval step).")
-    ]
-    min_trials: Annotated[
-        int, Meta(ge=2, description="Trials that must have reached a step before any is ended there.")
-    ] = 3
+    after_steps: Count
+    """M: the first step at which trials are compared (an eval step)."""
+    min_trials: Annotated[int, Meta(ge=2)] = 3
+    """Trials that must have reached a step before any is ended there."""
 
 
 class Sweep(Base):
     """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
 
-    grid: Annotated[
-        dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], list[EnvValue]],
-        Meta(description="Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."),
-    ] = {}
-    random: Annotated[
-        Count | None,
-        Meta(description="Run this many distinct combinations drawn from the grid, not all of them."),
-    ] = None
-    seed: Annotated[int, Meta(description="Seed of the random draw: the same seed, the same trials.")] = 0
-    max_parallel: Annotated[
-        Count | None,
-        Meta(description="Trials running at once (the array's %K); unset = no limit."),
-    ] = None
-    metric: Annotated[
-        str,
-        Meta(
-            pattern=r"\A[a-z_]+\Z",
-            description="Result field that ranks trials: eval_loss, eval_accuracy, final_loss...",
-        ),
-    ] = "eval_loss"
-    mode: Annotated[
-        Literal["min", "max"], Meta(description="Whether a lower or a higher metric is better.")
-    ] = "min"
-    early_stop: Annotated[
-        EarlyStop | None, Meta(description="End trials that fall behind (successive halving); unset = never.")
-    ] = None
+    grid: dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], list[EnvValue]] = {}
+    """Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."""
+    random: Count | None = None
+    """Run this many distinct combinations drawn from the grid, not all of them."""
+    seed: int = 0
+    """Seed of the random draw: the same seed, the same trials."""
+    max_parallel: Count | None = None
+    """Trials running at once (the array's %K); unset = no limit."""
+    metric: Annotated[str, Meta(pattern=r"\A[a-z_]+\Z")] = "eval_loss"
+    """Result field that ranks trials: eval_loss, eval_accuracy, final_loss..."""
+    mode: Literal["min", "max"] = "min"
+    """Whether a lower or a higher metric is better."""
+    early_stop: EarlyStop | None = None
+    """End trials that fall behind (successive halving); unset = never."""

@@ -72,6 +72,8 @@ def test_wheel_installs_and_submits(tmp_path: Path, hpctrain_home: Path) -> None
     hpctrain = str(venv / "bin" / "hpctrain")
     assert "submit" in run([hpctrain, "--help"], elsewhere, env)
     assert "sites" in run([hpctrain, "sites"], elsewhere, env)
+    # The help text is read from the fields' docstrings in the installed sources.
+    assert "Peak learning rate" in run([hpctrain, "explain", "job", "train.lr"], elsewhere, env)
     script = run([hpctrain, "render", "digits-ddp", "--site", "local"], elsewhere, env)
     assert f"PYTHON='{venv}/bin/python" in script, script[:2000]
     out = run(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hpctrain import spec
@@ -159,3 +160,32 @@ def test_field_docs_cover_every_field() -> None:
     names = {r[0] for r in rows}
     assert {"resources.nodes", "train.parallel.tp", "train.parallel.ps.mode", "preemption.signal"} <= names
     assert all(desc for name, _, desc in rows), [name for name, _, desc in rows if not desc]
+
+
+class _Parent(msgspec.Struct, kw_only=True):
+    inherited: int = 0
+    """Declared in the base
+    over two lines."""
+
+
+class _Child(_Parent, kw_only=True):
+    plain: str = ""
+    """Below its field."""
+    undocumented: int = 1
+    nested: _Parent | None = None
+    """A struct inside."""
+
+
+def test_field_docs_read_the_string_below_each_field_over_the_bases() -> None:
+    rows = {name: (kind, text) for name, kind, text in spec.field_docs(_Child)}
+    assert rows["inherited"] == ("int", "Declared in the base over two lines.")
+    assert rows["plain"] == ("str", "Below its field.")
+    assert rows["undocumented"] == ("int", "")
+    assert rows["nested"] == ("_Parent (optional)", "A struct inside.")
+    assert rows["nested.inherited"][1] == "Declared in the base over two lines."
+
+
+def test_field_docs_without_source_are_empty_not_an_error() -> None:
+    namespace: dict[str, object] = {"msgspec": msgspec}
+    exec("class Sourceless(msgspec.Struct):\n    x: int = 0\n    'no file to read this from'\n", namespace)
+    assert spec.field_docs(namespace["Sourceless"]) == [("x", "int", "")]  # type: ignore[arg-type]
