@@ -1,5 +1,8 @@
 #!/usr/bin/env python3
-"""Write the JobSpec and Site reference tables into docs/ from hpctrain.spec.field_docs (--check: verify)."""
+"""Write the field reference tables into docs/ from the structs' field docs (--check: verify).
+
+The job spec and the site profile (hpctrain/spec/), and every file of the run directory (hpctrain/rundir/).
+"""
 
 from __future__ import annotations
 
@@ -13,24 +16,34 @@ import msgspec
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from hpctrain.spec import JobSpec, Site, field_docs  # noqa: E402 - needs ROOT on sys.path
+from hpctrain import rundir  # noqa: E402 - needs ROOT on sys.path
+from hpctrain.spec import JobSpec, Site, field_docs  # noqa: E402
 
-BEGIN = "<!-- BEGIN GENERATED: {name} fields, by scripts/gen-spec-docs.py from hpctrain/spec/ -->"
+BEGIN = "<!-- BEGIN GENERATED: {name} fields, by scripts/gen-spec-docs.py from {source} -->"
 END = "<!-- END GENERATED: {name} fields -->"
 
 
 class Target(NamedTuple):
-    """A Markdown file holding one generated table between markers, and the text a new file starts with."""
+    """A Markdown file holding generated tables between markers, and the text a new file starts with.
+
+    One kind: its table alone. Several: a heading, the struct's docstring and its table, for each.
+    """
 
     path: Path
-    kind: type[msgspec.Struct]
+    kinds: tuple[type[msgspec.Struct], ...]
     preamble: str
+    name: str = ""
+    source: str = "hpctrain/spec/"
+
+    @property
+    def section(self) -> str:
+        return self.name or self.kinds[0].__name__
 
 
 TARGETS = [
     Target(
         ROOT / "docs" / "job-spec.md",
-        JobSpec,
+        (JobSpec,),
         "# Job spec reference\n\n"
         "Every field of a job YAML file (`jobs/*.yaml`), as `hpctrain.spec.JobSpec` defines and checks it.\n"
         "Dotted names are nested keys (`resources.nodes` is `nodes:` under `resources:`); any field can\n"
@@ -39,8 +52,28 @@ TARGETS = [
     ),
     Target(
         ROOT / "docs" / "site-config.md",
-        Site,
+        (Site,),
         "# Site profile reference\n",
+    ),
+    Target(
+        ROOT / "docs" / "run-directory.md",
+        (
+            rundir.TrainLine,
+            rundir.EvalLine,
+            rundir.MemoryLine,
+            rundir.EventLine,
+            rundir.RankTimesLine,
+            rundir.Result,
+            rundir.FailureReport,
+            rundir.HangReport,
+            rundir.Heartbeat,
+            rundir.AttemptLine,
+            rundir.Record,
+            rundir.SubmitInfo,
+        ),
+        "# The run directory\n",
+        name="run-directory file",
+        source="hpctrain/rundir/structs.py",
     ),
 ]
 
@@ -68,18 +101,27 @@ def table(kind: type[msgspec.Struct]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def tables(target: Target) -> str:
+    if len(target.kinds) == 1:
+        return table(target.kinds[0])
+    parts = []
+    for kind in target.kinds:
+        summary = " ".join((kind.__doc__ or "").split())
+        parts.append(f"### {kind.__name__}\n\n{summary}\n\n{table(kind)}")
+    return "\n".join(parts)
+
+
 def generated(target: Target) -> str:
-    name = target.kind.__name__
-    return f"{BEGIN.format(name=name)}\n\n{table(target.kind)}\n{END.format(name=name)}\n"
+    begin = BEGIN.format(name=target.section, source=target.source)
+    return f"{begin}\n\n{tables(target)}\n{END.format(name=target.section)}\n"
 
 
 def updated(target: Target, current: str | None) -> str:
     """The file's text with its generated section replaced (or appended when it has none yet)."""
-    name = target.kind.__name__
     section = generated(target)
     if current is None:
         return f"{target.preamble}\n{section}"
-    begin, end = BEGIN.format(name=name), END.format(name=name)
+    begin, end = BEGIN.format(name=target.section, source=target.source), END.format(name=target.section)
     start, stop = current.find(begin), current.find(end)
     if start < 0 or stop < start:
         return current.rstrip("\n") + "\n\n" + section
@@ -106,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path} is stale: run python scripts/gen-spec-docs.py", file=sys.stderr)
         return 1 if stale else 0
     for target in TARGETS:
-        print(f"## {target.kind.__name__}\n\n{table(target.kind)}")
+        print(f"## {target.section}\n\n{tables(target)}")
     for path in stale:
         print(f"wrote {path}", file=sys.stderr)
     return 0
