@@ -73,7 +73,7 @@ TARGETS = [
         ),
         "# The run directory\n",
         name="run-directory file",
-        source="hpctrain/rundir/structs.py",
+        source="hpctrain/rundir/",
     ),
 ]
 

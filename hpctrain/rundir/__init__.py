@@ -32,25 +32,27 @@ from hpctrain.rundir.io import (
     whole_lines,
     write_json,
 )
-from hpctrain.rundir.structs import (
+from hpctrain.rundir.lines import (
     METRIC_KINDS,
-    AttemptLine,
     EvalLine,
     EventLine,
+    MemoryLine,
+    MetricLine,
+    RankTimesLine,
+    TrainLine,
+)
+from hpctrain.rundir.structs import (
+    AttemptLine,
     ExitCode,
     FailureReport,
     HangReport,
     Heartbeat,
-    MemoryLine,
-    MetricLine,
     RankBeat,
     RankState,
-    RankTimesLine,
     Record,
     Result,
     SpecSummary,
     SubmitInfo,
-    TrainLine,
     Unreadable,
     WorkerStats,
 )

@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from hpctrain.rundir.structs import METRIC_KINDS, EventLine, MetricLine, Unreadable
+from hpctrain.rundir.lines import METRIC_KINDS, EventLine, MetricLine
+from hpctrain.rundir.structs import Unreadable
 
 # Bounds of every read: a hostile or runaway file costs no more than this.
 MAX_JSON_BYTES = 1 << 20
