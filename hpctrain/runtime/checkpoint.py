@@ -23,15 +23,12 @@ job does not stat one file per rank many times a second on the shared filesystem
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import random
-import re
 import shutil
 import threading
 import time
-import zlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -48,38 +45,25 @@ from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_di
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
 from hpctrain.rundir import RunDir
+from hpctrain.runtime.checkpoint_folder import (
+    COMPLETE_NAME,
+    TRAINER,
+    discard,
+    expendable,
+    file_sum,
+    owner,
+    rng_name,
+    step_name,
+    verify,
+    write_manifest,
+)
 from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
 
 log = logging.getLogger(__name__)
 
-MANIFEST = "manifest.json"
-TRAINER = "trainer.pt"
 EventFn = Callable[..., None]
 WRITE_THREADS = 4  # files per rank, written and checksummed in parallel
 SMALL_STATE_BYTES = 64 << 20  # below this a rank writes one file: threads cost more than they save
-
-
-COMPLETE_NAME = re.compile(r"^step-\d{8}$")  # step-N.tmp is being written, step-N.discarded deleted
-
-
-def step_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
-def discard(folder: Path) -> None:
-    """Delete a checkpoint folder so that a kill in the middle leaves no half-deleted "complete" one:
-    renamed out of the complete names first (atomic), then removed."""
-    doomed = folder.with_name(folder.name + ".discarded")
-    shutil.rmtree(doomed, ignore_errors=True)
-    try:
-        os.replace(folder, doomed)
-    except FileNotFoundError:
-        return
-    shutil.rmtree(doomed, ignore_errors=True)
-
-
-def rng_name(rank: int) -> str:
-    return f"rng-rank-{rank}.pt"
 
 
 def rng_state() -> dict[str, Any]:
@@ -99,70 +83,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
     np.random.set_state(state["numpy"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def crc32(path: Path, chunk: int = 16 << 20) -> str:
-    value = 0
-    with open(path, "rb") as handle:
-        while block := handle.read(chunk):
-            value = zlib.crc32(block, value)
-    return f"{value:08x}"
-
-
-def file_sum(path: Path) -> dict[str, Any]:
-    return {"size": path.stat().st_size, "crc32": crc32(path)}
-
-
-def owner(name: str) -> int:
-    """Which rank writes a checkpoint file: DCP's ``__R_N.distcp``, ``rng-rank-R.pt``; else rank 0."""
-    match = re.match(r"^__(\d+)_\d+\.distcp$", name) or re.match(r"^rng-rank-(\d+)\.pt$", name)
-    return int(match.group(1)) if match else 0
-
-
-def write_manifest(folder: Path, step: int, summed: dict[str, dict[str, Any]]) -> None:
-    """The manifest from the ranks' checksums (``summed``); files nobody summed are summed here."""
-    files = dict(summed)
-    for path in sorted(folder.rglob("*")):
-        name = str(path.relative_to(folder))
-        if path.is_file() and name != MANIFEST and name not in files:
-            files[name] = {"size": path.stat().st_size, "crc32": crc32(path)}
-    target = folder / MANIFEST
-    with open(target, "w", encoding="utf-8") as handle:
-        json.dump({"step": step, "files": dict(sorted(files.items()))}, handle, indent=1)
-        handle.flush()
-        os.fsync(handle.fileno())
-
-
-def verify(folder: Path) -> str | None:
-    """None when every file matches the manifest, else what is wrong (one line)."""
-    try:
-        manifest = json.loads((folder / MANIFEST).read_text())
-    except FileNotFoundError:
-        return "no manifest"
-    except (OSError, ValueError) as err:
-        return f"unreadable manifest ({err})"
-    for name, expected in manifest.get("files", {}).items():
-        path = folder / name
-        if not path.is_file():
-            return f"{name} is missing"
-        size = path.stat().st_size
-        if size != expected["size"]:
-            return f"{name} has {size} bytes, the manifest says {expected['size']}"
-        if crc32(path) != expected["crc32"]:
-            return f"{name} fails its checksum"
-    return None
-
-
-def expendable(complete: list[Path], keep: int, published: Path) -> list[Path]:
-    """What pruning deletes of ``complete`` (newest first) to keep ``keep`` checkpoints: all but the
-    one just published and the ``keep - 1`` newest others.
-
-    The one just published is the last verified checkpoint (its files were checksummed as they were
-    written), so it stays even when newer-named folders outrank it: a run that resumed behind a
-    corrupt newer checkpoint must not count that one among the ``keep``.
-    """
-    others = [p for p in complete if p != published]
-    return others[keep - 1 :]
 
 
 @dataclass

@@ -20,8 +20,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from hpctrain.runtime import checkpoint
-from hpctrain.runtime.checkpoint import Checkpointer, verify
+from hpctrain.runtime import checkpoint, checkpoint_folder
+from hpctrain.runtime.checkpoint import Checkpointer
+from hpctrain.runtime.checkpoint_folder import verify
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "integration"))
 import _runtime_job as job
@@ -186,7 +187,7 @@ def replay(root: Path, keep: int, operations: list[tuple[str, int]]) -> list[str
         else:
             run.save(dies=name == "fail")
         after = run.newest_good()
-        lost = before >= 0 and not (run.root / "checkpoints" / checkpoint.step_name(before)).is_dir()
+        lost = before >= 0 and not (run.root / "checkpoints" / checkpoint_folder.step_name(before)).is_dir()
         if lost and after < 0:
             problems.append(f"{name} deleted step {before}, the last good checkpoint")
     return problems

@@ -16,7 +16,8 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpctrain.runtime.checkpoint import Checkpointer, verify
+from hpctrain.runtime.checkpoint import Checkpointer
+from hpctrain.runtime.checkpoint_folder import verify
 
 
 @pytest.fixture(autouse=True)

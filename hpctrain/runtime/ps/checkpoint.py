@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from hpctrain.rundir import RunDir
-from hpctrain.runtime.checkpoint import MANIFEST, step_name
+from hpctrain.runtime.checkpoint_folder import MANIFEST, step_name
 
 
 def step_of(name: str) -> int | None:
