@@ -57,20 +57,7 @@ TARGETS = [
     ),
     Target(
         ROOT / "docs" / "run-directory.md",
-        (
-            rundir.TrainLine,
-            rundir.EvalLine,
-            rundir.MemoryLine,
-            rundir.EventLine,
-            rundir.RankTimesLine,
-            rundir.Result,
-            rundir.FailureReport,
-            rundir.HangReport,
-            rundir.Heartbeat,
-            rundir.AttemptLine,
-            rundir.Record,
-            rundir.SubmitInfo,
-        ),
+        tuple(dict.fromkeys(kind for group in rundir.file_structs().values() for kind in group)),
         "# The run directory\n",
         name="run-directory file",
         source="hpctrain/rundir/",
@@ -107,7 +94,8 @@ def tables(target: Target) -> str:
     parts = []
     for kind in target.kinds:
         summary = " ".join((kind.__doc__ or "").split())
-        parts.append(f"### {kind.__name__}\n\n{summary}\n\n{table(kind)}")
+        files = ", ".join(f"`{name}`" for name, kinds in rundir.file_structs().items() if kind in kinds)
+        parts.append(f"### {kind.__name__}{f' ({files})' if files else ''}\n\n{summary}\n\n{table(kind)}")
     return "\n".join(parts)
 
 

@@ -1,25 +1,56 @@
-"""`hpctrain explain`: the fields of job specs and site profiles, from the typed spec's own docs."""
+"""`hpctrain explain`: the fields of job specs, site profiles and run-directory files, from their docs."""
 
 from __future__ import annotations
 
 import argparse
 
+WHAT = ("job", "site", "files")
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("what", nargs="?", default="job", choices=("job", "site"), help="job or site")
-    parser.add_argument("field", nargs="?", default="", help="Only fields starting with this, e.g. train.")
+    parser.add_argument(
+        "what",
+        nargs="?",
+        default="job",
+        choices=WHAT,
+        help="job, site, or files (what a run directory's JSON files hold)",
+    )
+    parser.add_argument(
+        "field",
+        nargs="?",
+        default="",
+        help="Only fields starting with this, e.g. train. (files: a file such as result.json, or Result.)",
+    )
+
+
+def rows_of(what: str, field: str) -> list[list[str]]:
+    """(field, type, meaning) rows of `what`, only those under `field` when it is given."""
+    from hpctrain import rundir, spec
+
+    if what == "files":
+        structs = rundir.file_structs()
+        if field in structs:
+            kinds, field = structs[field], ""
+        else:
+            kinds = tuple(dict.fromkeys(kind for group in structs.values() for kind in group))
+        docs = [row for kind in kinds for row in spec.field_docs(kind, kind.__name__ + ".")]
+    else:
+        docs = spec.field_docs(spec.JobSpec if what == "job" else spec.Site)
+    field = field.rstrip(".")
+    return [list(r) for r in docs if not field or r[0] == field or r[0].startswith(field + ".")]
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain import spec
     from hpctrain.cli.common import table
     from hpctrain.errors import SpecError
 
-    kind = spec.JobSpec if args.what == "job" else spec.Site
-    field = args.field.rstrip(".")
-    rows = [
-        list(r) for r in spec.field_docs(kind) if not field or r[0] == field or r[0].startswith(field + ".")
-    ]
+    rows = rows_of(args.what, args.field)
+    if not rows and args.what == "files":
+        from hpctrain.rundir import file_structs
+
+        raise SpecError(
+            f"explain files: no file or field {args.field!r}; the files: {', '.join(file_structs())}"
+        )
     if not rows:
         raise SpecError(
             f"explain {args.what}: no field {args.field!r}; `hpctrain explain {args.what}` lists them"

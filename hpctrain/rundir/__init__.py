@@ -185,7 +185,7 @@ class RunDir:
         """A path as a plain string: readers over a thousand runs avoid pathlib's parsing."""
         return f"{self._root}/{name}"
 
-    def failure(self, rank: int) -> Path:
+    def failure(self, rank: int | str) -> Path:
         return self.failures / f"rank-{rank}.json"
 
     def rank_log(self, rank: int | str) -> Path:
@@ -197,7 +197,7 @@ class RunDir:
     def pid(self, rank: int) -> Path:
         return self.pids / f"rank-{rank}"
 
-    def worker_metrics(self, worker: int) -> Path:
+    def worker_metrics(self, worker: int | str) -> Path:
         return self.worker_metrics_dir / f"worker-{worker}.jsonl"
 
     def heartbeat(self, node: str) -> Path:
@@ -315,6 +315,25 @@ class RunDir:
         return out
 
 
+def file_structs() -> dict[str, tuple[type[msgspec.Struct], ...]]:
+    """The struct(s) of each JSON file of a run directory, by its path there (N: a number).
+
+    What `hpctrain explain files` and docs/run-directory.md's field tables show.
+    """
+    shape = RunDir("")
+    return {
+        shape.metrics.as_posix(): (TrainLine, EvalLine, MemoryLine, EventLine, RankTimesLine),
+        shape.worker_metrics("N").as_posix(): (TrainLine,),
+        shape.result.as_posix(): (Result,),
+        shape.failure("N").as_posix(): (FailureReport,),
+        shape.hang_report.as_posix(): (HangReport,),
+        shape.heartbeat("<node>").as_posix(): (Heartbeat,),
+        shape.attempts.as_posix(): (AttemptLine,),
+        shape.record.as_posix(): (Record,),
+        shape.submit_info.as_posix(): (SubmitInfo,),
+    }
+
+
 __all__ = [
     "ARRAY_PREFIX",
     "ATTEMPTS",
@@ -376,6 +395,7 @@ __all__ = [
     "append_line",
     "decode",
     "decode_line",
+    "file_structs",
     "head_and_tail",
     "list_names",
     "metric_line",

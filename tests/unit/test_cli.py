@@ -95,6 +95,17 @@ def test_explain_lists_documented_fields() -> None:
     assert "train.parallel.tp" in proc.stdout and "inside one node" in proc.stdout
 
 
+def test_explain_files_names_the_fields_of_a_run_directory_file() -> None:
+    proc = run_cli("explain", "files", "result.json")
+    assert proc.returncode == 0, proc.stderr
+    assert "Result.eval_loss" in proc.stdout and "TrainLine" not in proc.stdout
+    lines = run_cli("explain", "files", "metrics.jsonl").stdout
+    assert "TrainLine.data_share" in lines and "EventLine.save_s" in lines
+    unknown = run_cli("explain", "files", "nope.json")
+    assert unknown.returncode == 2 and "the files: metrics.jsonl" in unknown.stderr
+    assert unknown.stderr.count("\n") == 1 and "Traceback" not in unknown.stderr
+
+
 def test_failed_sbatch_keeps_the_script(hpctrain_home: Path, tmp_path: Path) -> None:
     # A PATH whose sbatch refuses: the record, script and spec must survive, with the reason.
     bindir = tmp_path / "bin"
