@@ -57,7 +57,7 @@ TARGETS = [
     ),
     Target(
         ROOT / "docs" / "run-directory.md",
-        tuple(dict.fromkeys(kind for group in rundir.file_structs().values() for kind in group)),
+        rundir.file_struct_kinds(),
         "# The run directory\n",
         name="run-directory file",
         source="hpctrain/rundir/",

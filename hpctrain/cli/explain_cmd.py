@@ -32,7 +32,7 @@ def rows_of(what: str, field: str) -> list[list[str]]:
         if field in structs:
             kinds, field = structs[field], ""
         else:
-            kinds = tuple(dict.fromkeys(kind for group in structs.values() for kind in group))
+            kinds = rundir.file_struct_kinds()
         docs = [row for kind in kinds for row in spec.field_docs(kind, kind.__name__ + ".")]
     else:
         docs = spec.field_docs(spec.JobSpec if what == "job" else spec.Site)

@@ -334,6 +334,11 @@ def file_structs() -> dict[str, tuple[type[msgspec.Struct], ...]]:
     }
 
 
+def file_struct_kinds() -> tuple[type[msgspec.Struct], ...]:
+    """Every struct of `file_structs`, once, in its order."""
+    return tuple(dict.fromkeys(kind for kinds in file_structs().values() for kind in kinds))
+
+
 __all__ = [
     "ARRAY_PREFIX",
     "ATTEMPTS",
