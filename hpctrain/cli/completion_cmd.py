@@ -37,8 +37,7 @@ __OPTIONS__
         status | logs | cancel)
             words="$(hpctrain completion --words ids 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur") ;;
-        completion)
-            mapfile -t COMPREPLY < <(compgen -W "bash zsh" -- "$cur") ;;
+__POSITIONAL__
         examples)
             words="$(hpctrain completion --words jobs 2>/dev/null)"
             mapfile -t COMPREPLY < <(compgen -W "$words" -- "$cur") ;;
@@ -81,8 +80,15 @@ def script(shell: str) -> str:
 
     parser = build_parser()
     subparsers = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    options, choices = [], []
+    options, choices, positional = [], [], []
     for verb, child in subparsers.choices.items():
+        first = next((a for a in child._actions if not a.option_strings), None)
+        if first is not None and first.choices:  # explain job|site|files, completion bash|zsh...
+            values = " ".join(str(c) for c in first.choices)
+            positional.append(
+                f'        {verb}) COMPREPLY=(); [ "$COMP_CWORD" -eq 2 ] && '
+                f'mapfile -t COMPREPLY < <(compgen -W "{values}" -- "$cur") ;;'
+            )
         flags = [
             f for action in child._actions for f in action.option_strings if action.help != "==SUPPRESS=="
         ]
@@ -99,6 +105,7 @@ def script(shell: str) -> str:
         BASH.replace("__VERBS__", " ".join(VERBS))
         .replace("__OPTIONS__", "\n".join(options))
         .replace("__CHOICES__", "\n".join(choices))
+        .replace("__POSITIONAL__", "\n".join(positional))
     )
     return (ZSH + text) if shell == "zsh" else text
 

@@ -69,6 +69,9 @@ def complete(words: list[str], tmp_path: Path) -> list[str]:
         (["hpctrain", "doctor", "--js"], ["--json"]),
         (["hpctrain", "submit", "x.yaml", "--backend", "loc"], ["local"]),
         (["hpctrain", "completion", "z"], ["zsh"]),
+        (["hpctrain", "explain", "fi"], ["files"]),
+        (["hpctrain", "index", "co"], ["compact"]),
+        (["hpctrain", "explain", "job", "fi"], []),
     ],
 )
 def test_bash_completes(words: list[str], expected: list[str], tmp_path: Path) -> None:
@@ -91,6 +94,12 @@ def test_bash_completes_job_ids(tmp_path: Path, hpctrain_home: Path) -> None:
     }
     (hpctrain_home / "index.jsonl").write_text(json.dumps(record) + "\n")
     assert complete(["hpctrain", "cancel", "42"], tmp_path) == ["4242"]
+
+
+def test_bash_script_is_shellcheck_clean(tmp_path: Path) -> None:
+    from tests.unit.test_render import shellcheck
+
+    shellcheck(run_cli("completion", "bash").stdout, tmp_path)
 
 
 def test_zsh_script_uses_bashcompinit() -> None:
