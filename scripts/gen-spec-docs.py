@@ -19,7 +19,9 @@ sys.path.insert(0, str(ROOT))
 from hpctrain import rundir  # noqa: E402 - needs ROOT on sys.path
 from hpctrain.spec import JobSpec, Site, field_docs  # noqa: E402
 
-BEGIN = "<!-- BEGIN GENERATED: {name} fields, by scripts/gen-spec-docs.py from {source} -->"
+# A section is found by its name alone: a moved source must not leave the old section behind.
+BEGIN_OF = "<!-- BEGIN GENERATED: {name} fields,"
+BEGIN = BEGIN_OF + " by scripts/gen-spec-docs.py from {source} -->"
 END = "<!-- END GENERATED: {name} fields -->"
 
 
@@ -109,8 +111,8 @@ def updated(target: Target, current: str | None) -> str:
     section = generated(target)
     if current is None:
         return f"{target.preamble}\n{section}"
-    begin, end = BEGIN.format(name=target.section, source=target.source), END.format(name=target.section)
-    start, stop = current.find(begin), current.find(end)
+    end = END.format(name=target.section)
+    start, stop = current.find(BEGIN_OF.format(name=target.section)), current.find(end)
     if start < 0 or stop < start:
         return current.rstrip("\n") + "\n\n" + section
     rest = current[stop + len(end) :]

@@ -42,6 +42,15 @@ def test_regenerating_changes_nothing() -> None:
     assert once == twice
 
 
+def test_a_moved_source_replaces_its_section_not_appends_one() -> None:
+    target = GENERATOR.TARGETS[-1]
+    current = target.path.read_text(encoding="utf-8")
+    moved = target._replace(source="elsewhere/")
+    rewritten = GENERATOR.updated(moved, current)
+    assert rewritten.count("<!-- END GENERATED:") == current.count("<!-- END GENERATED:")
+    assert "from elsewhere/ -->" in rewritten and "from hpctrain/rundir/ -->" not in rewritten
+
+
 def test_there_are_site_profiles() -> None:
     assert len(SITE_FILES) >= 3, SITE_FILES
 
