@@ -45,15 +45,13 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.errors import SpecError
 
     rows = rows_of(args.what, args.field)
-    if not rows and args.what == "files":
-        from hpctrain.rundir import file_structs
-
-        raise SpecError(
-            f"explain files: no file or field {args.field!r}; the files: {', '.join(file_structs())}"
-        )
     if not rows:
-        raise SpecError(
-            f"explain {args.what}: no field {args.field!r}; `hpctrain explain {args.what}` lists them"
-        )
+        if args.what == "files":
+            from hpctrain.rundir import file_structs
+
+            missing, listed = "file or field", f"the files: {', '.join(file_structs())}"
+        else:
+            missing, listed = "field", f"`hpctrain explain {args.what}` lists them"
+        raise SpecError(f"explain {args.what}: no {missing} {args.field!r}; {listed}")
     print(table(rows, ["FIELD", "TYPE", "MEANING"]))
     return 0

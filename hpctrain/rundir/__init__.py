@@ -400,6 +400,7 @@ __all__ = [
     "append_line",
     "decode",
     "decode_line",
+    "file_struct_kinds",
     "file_structs",
     "head_and_tail",
     "list_names",
