@@ -14,6 +14,7 @@ from hpctrain.rundir import (
     ATTEMPTS,
     MAX_JSON_BYTES,
     AttemptLine,
+    RestartSummary,
     RunDir,
     Unreadable,
     append_line,
@@ -108,18 +109,6 @@ def describe_end(line: AttemptLine) -> str:
     if line.step is not None and line.outcome in (HANG, RANK_FAILURE):
         text += f" at step {line.step}"
     return text
-
-
-class RestartSummary(msgspec.Struct, kw_only=True):
-    """What `status` shows of a run's restarts (and --json and the run record carry)."""
-
-    restarts: int
-    max: int | None = None
-    reasons: list[str] = []
-    excluded: list[str] = []
-    attempts: int = 0
-    last_outcome: str = ""
-    last_reason: str = ""
 
 
 def summarize(history: History, restart_max: int | None, exclude_failed_nodes: bool = True) -> RestartSummary:

@@ -94,21 +94,3 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
-
-
-def tail_lines(path: Path, count: int, block: int = 1 << 16) -> bytes:
-    """The last `count` lines of a file (whole lines), reading backwards from its end."""
-    try:
-        with open(path, "rb") as handle:
-            size = handle.seek(0, os.SEEK_END)
-            data = b""
-            while size > 0 and data.count(b"\n") <= count:
-                step = min(block, size)
-                size -= step
-                handle.seek(size)
-                data = handle.read(step) + data
-    except FileNotFoundError:
-        return b""
-    if size > 0:
-        data = data.split(b"\n", 1)[-1]  # the first line may be cut
-    return b"\n".join(data.split(b"\n")[-count - 1 :])

@@ -3,6 +3,7 @@
 import contextlib
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -11,8 +12,8 @@ import msgspec
 
 from hpctrain.backends.base import JobState
 from hpctrain.errors import HpctrainError
-from hpctrain.index_lines import Added, Changed, Decoded, decode, encode_lines, tail_lines, write_all
-from hpctrain.rundir import RunDir
+from hpctrain.index_lines import Added, Changed, Decoded, decode, encode_lines, write_all
+from hpctrain.rundir import Record, RunDir, replace_bytes, tail_bytes
 
 # Records that never reached the scheduler carry this state instead of a JobState.
 SUBMIT_FAILED = "SUBMIT_FAILED"
@@ -142,7 +143,9 @@ class Index:
         return runs
 
     def _archive_tail(self, count: int) -> Decoded:
-        return decode(tail_lines(self.archive_path, count), self.archive_path)
+        # Unbounded: `list --all` asks for every line; the window grows 4x until it holds them.
+        lines = tail_bytes(self.archive_path, count, limit=sys.maxsize, whole_only=True)
+        return decode(b"\n".join(lines), self.archive_path)
 
     def _archive_matching(self, keys: Iterable[str]) -> Decoded:
         """Only the archive lines that contain one of `keys`: a lookup decodes a handful of lines."""
@@ -305,9 +308,9 @@ class Index:
             with open(self.rejected_path, "ab") as handle:
                 handle.write(b"".join(text.rstrip(b"\n") + b"\n" for text in rejected))
         ordered: list[Added | Changed] = sorted(archived.values(), key=lambda r: r.submitted_at)
-        _replace(self.archive_path, encode_lines(ordered))
+        replace_bytes(self.archive_path, encode_lines(ordered), durable=True)
         journal_data = encode_lines(keep)
-        _replace(self.path, journal_data)
+        replace_bytes(self.path, journal_data, durable=True)
         os.ftruncate(lock, 0)
         os.pwrite(lock, str(len(journal_data)).encode(), 0)
         return CompactReport(
@@ -357,36 +360,17 @@ def _compacted_size(lock: int) -> int:
         return 0
 
 
-def _replace(path: Path, data: bytes, durable: bool = True) -> None:
-    """Write a file whole under a unique temporary name, then rename it into place.
-
-    The name is unique per writer, so concurrent writers never write into each other's file and
-    a reader sees either the old or the new content, never a mix.
-    """
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(data)
-            if durable:
-                handle.flush()
-                os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def write_record(run: Run) -> None:
     """record.json in the run directory: the run's own copy of what the index says."""
-    fields = {**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)}
+    folder = RunDir(run.run_dir)
+    record = Record(**{**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)})
     # The restart history as of this state change (attempts.jsonl; absent at submission and for
     # unsupervised runs, and then its reader is not even imported: submit starts faster).
-    if RunDir(run.run_dir).attempts.exists():
+    if folder.attempts.exists():
         from hpctrain.attempts import run_summary
 
-        if (restarts := run_summary(RunDir(run.run_dir))) is not None:
-            fields["restarts"] = msgspec.to_builtins(restarts)
-    data = msgspec.json.format(msgspec.json.encode(fields), indent=2) + b"\n"
+        record.restarts = run_summary(folder)
     try:
-        _replace(RunDir(run.run_dir).record, data, durable=False)
+        folder.write_record(record)
     except OSError:
         pass  # the index is the source of truth; a vanished run dir must not break status

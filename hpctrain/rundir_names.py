@@ -30,21 +30,63 @@ HANG_REPORT = "hang.json"  # in failures/
 STACKS = "stacks"  # in failures/
 ATTEMPTS = "attempts.jsonl"
 TENSORBOARD = "tensorboard"
-ARRAY_PREFIX = "array-"
 STANDBY = "standby"  # standby/GEN/ of the warm standby step (runtime/standby.py)
 STANDBY_GO = "go"
 STANDBY_READY_PREFIX = "ready-"
 STANDBY_TAKEN_PREFIX = "taken-"
 
+
+class Numbered:
+    """A family of names with a number or a node in them: `rank-3.log` is ``RANK_LOG.name(3)``."""
+
+    __slots__ = ("prefix", "suffix", "width")
+
+    def __init__(self, prefix: str, suffix: str = "", width: int = 0) -> None:
+        self.prefix = prefix
+        self.suffix = suffix
+        self.width = width  # numbers padded with zeros to this many digits (names sort as numbers do)
+
+    def name(self, key: int | str) -> str:
+        if isinstance(key, int) and self.width:
+            key = f"{key:0{self.width}d}"
+        return f"{self.prefix}{key}{self.suffix}"
+
+    def key(self, name: str) -> str | None:
+        """The part between prefix and suffix, or None when `name` is not of this family."""
+        if len(name) <= len(self.prefix) + len(self.suffix):
+            return None
+        if not (name.startswith(self.prefix) and name.endswith(self.suffix)):
+            return None
+        return name[len(self.prefix) : len(name) - len(self.suffix)]
+
+    def number(self, name: str) -> int | None:
+        """The number in `name` (ASCII digits only), or None."""
+        key = self.key(name)
+        return int(key) if key is not None and key.isascii() and key.isdigit() else None
+
+
+RANK_LOG = Numbered("rank-", ".log")  # in logs/
+NODE_LOG = Numbered("node-", ".log")  # in logs/
+ARRAY_BATCH_LOG = Numbered("batch-", ".log")  # in the array's logs/, one per element
+PREFLIGHT_LOG = Numbered("preflight-", ".log")  # in logs/
+RANK_FAILURE = Numbered("rank-", ".json")  # in failures/
+FAILED_ATTEMPT = Numbered("attempt-")  # in failures/: the reports of an attempt that was retried
+RANK_STACKS = Numbered("rank-", ".txt")  # in failures/stacks/
+RANK_PID = Numbered("rank-")  # in pids/
+WORKER_METRICS_FILE = Numbered("worker-", ".jsonl")  # in metrics/
+NODE_HEARTBEAT = Numbered("node-", ".json")  # in heartbeats/
+ARRAY_ELEMENT = Numbered("array-")  # an array element's own run directory, array-N/
+CHECKPOINT = Numbered("step-", width=8)  # in checkpoints/: step-00000100
+CHECKPOINT_MANIFEST = "manifest.json"  # in checkpoints/step-N/, written last
+CHECKPOINT_TRAINER = "trainer.pt"  # in checkpoints/step-N/: the step and the loop's own state
+CHECKPOINT_RNG = Numbered("rng-rank-", ".pt")  # in checkpoints/step-N/: one rank's RNG streams
+SERVER_SHARD = Numbered("server-", ".pt")  # in checkpoints/step-N/ of a parameter-server run
+
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
-SLURM_RANK_LOG = "rank-%t.log"
-SLURM_NODE_LOG = "node-%n.log"
-SLURM_ARRAY_BATCH_LOG = "batch-%a.log"
-SLURM_PREFLIGHT_LOG = "preflight-%t.log"
-
-
-def rank_log_name(rank: int | str) -> str:
-    return f"rank-{rank}.log"
+SLURM_RANK_LOG = RANK_LOG.name("%t")
+SLURM_NODE_LOG = NODE_LOG.name("%n")
+SLURM_ARRAY_BATCH_LOG = ARRAY_BATCH_LOG.name("%a")
+SLURM_PREFLIGHT_LOG = PREFLIGHT_LOG.name("%t")
 
 
 def template_files() -> dict[str, str]:
@@ -56,7 +98,7 @@ def template_files() -> dict[str, str]:
         "array_batch_log": SLURM_ARRAY_BATCH_LOG,
         "rank_log": SLURM_RANK_LOG,
         "node_log": SLURM_NODE_LOG,
-        "array_prefix": ARRAY_PREFIX,
+        "array_prefix": ARRAY_ELEMENT.prefix,
         "preempt_flag": PREEMPT_FLAG,
         "requeue_request": REQUEUE_REQUEST,
         "exit_codes": EXIT_CODES,

@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from hpctrain.rundir import RunDir, list_names, numbered
+from hpctrain.rundir import RANK_LOG, RunDir, list_names, numbered
 
 # What one read takes from one log at most: a rank that logged gigabytes is streamed in rounds.
 CHUNK = 1 << 20
@@ -24,7 +24,7 @@ _RANK_TAG = re.compile(rb"\[rank (\d+)/\d+ ([^\]\s]+)\]")
 
 def rank_logs(root: RunDir) -> dict[int, Path]:
     """Every `logs/rank-N.log` of the run directory, by rank."""
-    return {rank: root.logs / name for rank, name in numbered(list_names(root.logs), "rank-", ".log")}
+    return {rank: root.logs / name for rank, name in numbered(list_names(root.logs), RANK_LOG)}
 
 
 def node_of(path: Path) -> str | None:

@@ -189,7 +189,7 @@ def decode_many(batch: list[bytes], where: str, problems: Problems) -> list[Metr
 
 def _read_workers(run: RunDir, series: RunSeries) -> None:
     folder = run.worker_metrics_dir
-    named = list(rundir.numbered(rundir.list_names(folder), "worker-", ".jsonl"))[:MAX_WORKERS]
+    named = list(rundir.numbered(rundir.list_names(folder), rundir.WORKER_METRICS_FILE))[:MAX_WORKERS]
     for worker, name in named:
         where = f"{rundir.WORKER_METRICS}/{name}"
         raws = [raw for raw in rundir.whole_lines(folder / name) if raw.strip()]

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpctrain.report.series import RunSeries, finite
-from hpctrain.rundir import EventLine, FailureReport, Result, Unreadable
+from hpctrain.rundir import RESULT, EventLine, FailureReport, Result, Unreadable, replace_bytes
 
 # The timeline lists this many events (first and last halves); checkpoints are counted, not listed.
 TIMELINE = 40
@@ -66,7 +66,7 @@ def run_rows(series: RunSeries, result: Result | Unreadable | None) -> list[tupl
         rows.append(("progress", f"step {last.step} of {last.steps or '?'} (no result.json yet)"))
         rows.append(("latest loss", number(last.loss)))
     if isinstance(result, Unreadable):
-        rows.append(("result.json", md(result.reason)))
+        rows.append((RESULT, md(result.reason)))
     for name, label, digits in MEDIANS:
         median = _median(series, name)
         if median is not None:
@@ -218,7 +218,4 @@ def render(page: Page) -> str:
 
 def write(page: Page, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(render(page), encoding="utf-8")
-    tmp.replace(path)
-    return path
+    return replace_bytes(path, render(page).encode())

@@ -6,6 +6,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -13,6 +14,7 @@ import msgspec
 
 from hpctrain.rundir.lines import METRIC_KINDS, EventLine, MetricLine
 from hpctrain.rundir.structs import Unreadable
+from hpctrain.rundir_names import Numbered
 
 # Bounds of every read: a hostile or runaway file costs no more than this.
 MAX_JSON_BYTES = 1 << 20
@@ -27,16 +29,31 @@ _line_decoder = msgspec.json.Decoder(MetricLine)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError, TypeError)
 
 
-def write_json(path: Path, value: msgspec.Struct) -> Path:
-    """Atomically: a unique temp name then a rename, so concurrent writers and readers never see half."""
+@contextmanager
+def replacing(path: Path) -> Iterator[Path]:
+    """A temporary name beside `path`, unique to this writer, renamed onto `path` when the block ends
+    without an error (and removed when it raises): readers and concurrent writers never see half a file."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.{os.urandom(4).hex()}.tmp")
     try:
-        tmp.write_bytes(msgspec.json.format(_encoder.encode(value)) + b"\n")
+        yield tmp
         os.replace(tmp, path)
-    except BaseException:
+    finally:
         tmp.unlink(missing_ok=True)
-        raise
+
+
+def replace_bytes(path: Path, data: bytes, durable: bool = False) -> Path:
+    """Write `path` whole and atomically; `durable` also puts the bytes on disk before the rename."""
+    with replacing(path) as tmp, open(tmp, "wb") as handle:
+        handle.write(data)
+        if durable:
+            handle.flush()
+            os.fsync(handle.fileno())
     return path
+
+
+def write_json(path: Path, value: msgspec.Struct, durable: bool = False) -> Path:
+    """A struct as indented JSON, atomically (see `replace_bytes`)."""
+    return replace_bytes(path, msgspec.json.format(_encoder.encode(value)) + b"\n", durable)
 
 
 def append_line(path: Path, value: msgspec.Struct) -> None:
@@ -166,17 +183,20 @@ def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
         os.close(fd)
 
 
-def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[str]:
-    """The last `count` lines within the last `limit` bytes: bounded reads, whatever the file holds.
-
-    With `whole_only`, a last line without its newline (a writer mid-append) is left out.
-    """
+def tail_bytes(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[bytes]:
+    """The last `count` lines within the last `limit` bytes, undecoded: bounded reads, whatever the
+    file holds. With `whole_only`, a last line without its newline (a writer mid-append) is left out."""
     if count <= 0:
         return []
     pieces = _with_file(path, lambda fd, size: _tail_window(fd, size, count, limit)[0], [])
     if pieces and (pieces[-1] == b"" or whole_only):
         pieces = pieces[:-1]
-    return [p.decode("utf-8", "replace") for p in pieces[-count:]]
+    return pieces[-count:]
+
+
+def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[str]:
+    """`tail_bytes` as text (bytes that are not UTF-8 replaced)."""
+    return [p.decode("utf-8", "replace") for p in tail_bytes(path, count, limit, whole_only)]
 
 
 def head_and_tail(
@@ -221,11 +241,12 @@ def list_names(folder: Path) -> list[str]:
         return []
 
 
-def numbered(names: list[str], prefix: str, suffix: str = "") -> Iterator[tuple[int, str]]:
+def numbered(names: list[str], family: Numbered) -> Iterator[tuple[int, str]]:
+    """(number, name) of each name of `family` in `names` (others are skipped)."""
     for name in names:
-        middle = name[len(prefix) : len(name) - len(suffix)] if suffix else name[len(prefix) :]
-        if name.startswith(prefix) and name.endswith(suffix) and middle.isascii() and middle.isdigit():
-            yield int(middle), name
+        number = family.number(name)
+        if number is not None:
+            yield number, name
 
 
 READ_ALL_BYTES = 256 << 20

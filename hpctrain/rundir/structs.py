@@ -206,6 +206,25 @@ class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):
     """End of a rank_failure: `Type: message` of the first rank that failed (a repeat is a bug)."""
 
 
+class RestartSummary(msgspec.Struct, kw_only=True):
+    """What `status` shows of a run's restarts (and --json and the run record carry)."""
+
+    restarts: int
+    """Restarts after a fault so far (hang, rank failure, lost node)."""
+    max: int | None = None
+    """restart.max of the run's spec."""
+    reasons: list[str] = []
+    """Each restart's cause in words (`hang at step 130`, `node_failure node2`)."""
+    excluded: list[str] = []
+    """Nodes excluded from later attempts."""
+    attempts: int = 0
+    """Attempts started (training steps), requeues included."""
+    last_outcome: str = ""
+    """How the latest attempt ended (as AttemptLine.outcome)."""
+    last_reason: str = ""
+    """Why, in words."""
+
+
 class Record(msgspec.Struct, kw_only=True):
     """record.json: the run's own copy of its line in the login node's index."""
 
@@ -227,6 +246,10 @@ class Record(msgspec.Struct, kw_only=True):
     """When that state was seen."""
     reason: str = ""
     """Slurm's reason, or why submission failed."""
+    run_dir: str = ""
+    """The run directory, as the index knows it."""
+    restarts: RestartSummary | None = None
+    """The restart history as of this state change (runs that recorded attempts)."""
 
 
 class SubmitInfo(msgspec.Struct, kw_only=True):
@@ -279,3 +302,91 @@ class ExitCode(msgspec.Struct, frozen=True):
 
     job_id: str
     code: str
+
+
+class FileSum(msgspec.Struct, frozen=True):
+    """One file of a checkpoint as it was written."""
+
+    size: int
+    """Bytes."""
+    crc32: str
+    """CRC32 of the contents, 8 hex digits."""
+
+
+class CheckpointManifest(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """checkpoints/step-N/manifest.json: every file of a complete checkpoint, written last.
+
+    A folder whose files do not match it (truncated, missing, changed) is corrupt and never loaded.
+    """
+
+    step: int
+    """The training step saved (for a parameter server: the parameter version)."""
+    files: dict[str, FileSum] = {}
+    """Each file's size and CRC32, by its path in the folder."""
+    servers: int | None = None
+    """Parameter server: the servers whose shards make up the checkpoint (one `server-N.pt` each)."""
+
+
+class NodeFacts(msgspec.Struct, kw_only=True):
+    """What one rank's preflight saw on its node; `problems` FAIL the node, `warnings` only report."""
+
+    node: str
+    """The node's name."""
+    rank: int
+    """The global rank that looked."""
+    local_rank: int
+    """Its rank on the node."""
+    python: str
+    """The Python version there."""
+    hpctrain: str
+    """The hpctrain version there."""
+    gpus_asked: int
+    """GPUs Slurm gave the node."""
+    gpus_seen: int
+    """GPUs the rank could see."""
+    gpu_source: str
+    """How they were counted: torch.cuda, or the gres device files."""
+    ib_ports: list[str] = []
+    """InfiniBand ports that are up."""
+    problems: list[str] = []
+    """What fails the node."""
+    warnings: list[str] = []
+    """What is reported without failing it."""
+    node_busbw_gbps: float = 0.0
+    """Bus bandwidth of an all-reduce among the node's own ranks, GB/s."""
+    node_seconds: float = 0.0
+    """Seconds of the node's fastest all-reduce."""
+    global_busbw_gbps: float = 0.0
+    """Bus bandwidth of the all-reduce over every rank, GB/s."""
+
+
+class NodeVerdict(msgspec.Struct):
+    """The preflight's verdict on one node."""
+
+    problems: list[str] = []
+    """Why it fails; empty: it passed."""
+
+
+class PreflightReport(msgspec.Struct, kw_only=True):
+    """preflight.json: the in-job preflight's checks of every node, written by rank 0."""
+
+    seconds: float
+    """Seconds the checks took inside the training processes."""
+    backend: str
+    """nccl or gloo."""
+    ranks: int
+    """Ranks that took part."""
+    size_mb: float
+    """The all-reduce's message size, MB."""
+    busbw_gbps: float
+    """The slowest rank's bus bandwidth over every rank, GB/s."""
+    nodes: dict[str, NodeVerdict] = {}
+    """The verdict by node."""
+    bad_nodes: list[str] = []
+    """The nodes that failed (written to preflight-exclude when the job is requeued without them)."""
+    requeue: bool = False
+    """Whether the job requeues itself without the bad nodes."""
+    no_requeue_because: str | None = None
+    """Why it does not, when nodes failed (too few would be left, for example)."""
+    facts: list[NodeFacts] = []
+    """What every rank saw."""

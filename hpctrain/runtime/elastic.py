@@ -22,6 +22,7 @@ import msgspec
 
 from hpctrain.errors import HpctrainError
 from hpctrain.layout import Layout, LayoutError
+from hpctrain.rundir import CHECKPOINT_RNG, list_names, numbered
 
 if TYPE_CHECKING:
     from hpctrain.runtime.checkpoint import Restored
@@ -119,5 +120,5 @@ def replan(resolved: Resolved, world_size: int, tasks_per_node: int | None = Non
 
 def saved_world(checkpoint: Path) -> int | None:
     """How many ranks wrote a checkpoint: each rank saves its own RNG file."""
-    count = sum(1 for _ in checkpoint.glob("rng-rank-*.pt"))
+    count = len(list(numbered(list_names(checkpoint), CHECKPOINT_RNG)))
     return count or None

@@ -19,7 +19,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from hpctrain.rundir import RunDir, list_names, numbered
+from hpctrain.rundir import RANK_STACKS, RunDir, list_names, numbered
 from hpctrain.runtime.hang_rule import SILENT_AFTER_S
 from hpctrain.runtime.heartbeat import Slot, read_slot_file, slot_path, stack_file
 
@@ -127,7 +127,7 @@ def read_text(path: Path) -> str:
 
 def dumped(run: RunDir) -> list[int]:
     """The ranks with a file in failures/stacks/."""
-    return [rank for rank, _ in numbered(list_names(run.stacks), "rank-", ".txt")]
+    return [rank for rank, _ in numbered(list_names(run.stacks), RANK_STACKS)]
 
 
 def ask_faulthandler(slots_file: Path, slot: Slot, signum: signal.Signals) -> tuple[Path, int] | None:

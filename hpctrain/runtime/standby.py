@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from hpctrain.rundir import replace_bytes
 from hpctrain.rundir_names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
 from hpctrain.slurm_values import signal_name, standby_go_signal
 
@@ -83,9 +84,7 @@ def wait_for_the_attempt(metrics: Path, since: float, longest_s: float) -> None:
 def announce(folder: Path, prefix: str) -> None:
     """``PREFIX-PROCID`` with this task's step id in it, whole or not at all."""
     path = folder / f"{prefix}{os.environ.get('SLURM_PROCID', '0')}"
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(os.environ.get("SLURM_STEP_ID", ""))
-    tmp.replace(path)
+    replace_bytes(path, os.environ.get("SLURM_STEP_ID", "").encode())
 
 
 def wait_for_go(folder: Path, go: signal.Signals) -> dict[str, str] | None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from hpctrain.rundir import EventLine, MetricLine, Record, RunDir
+from hpctrain.rundir import ARRAY_ELEMENT, EventLine, MetricLine, Record, RunDir
 from hpctrain.runtime.tensorboard_log import GuardedSink
 from hpctrain.spec import Train
 
@@ -30,10 +30,11 @@ def run_id(run_dir: Path) -> str:
     """The hpctrain run id (record.json), `<id>-<N>` for array element N, else the folder's name."""
     root = RunDir(run_dir)
     record = root.read_record()
-    if not isinstance(record, Record) and root.root.name.startswith("array-"):
+    element = ARRAY_ELEMENT.key(root.root.name)
+    if not isinstance(record, Record) and element is not None:
         parent = RunDir(root.root.parent).read_record()
         if isinstance(parent, Record):
-            return _safe(f"{parent.run_id}-{root.root.name.removeprefix('array-')}")
+            return _safe(f"{parent.run_id}-{element}")
     return _safe(record.run_id if isinstance(record, Record) else root.root.name)
 
 

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from hpctrain import rundir
+from hpctrain import rundir, rundir_names
 from hpctrain.rundir import (
     EvalLine,
     EventLine,
@@ -48,6 +51,53 @@ def test_paths_of_a_run_and_of_an_array_element(run: RunDir) -> None:
         run.element(i).root.mkdir(parents=True)
     (run.root / "array-x").mkdir()
     assert run.elements() == [2, 10]
+    assert run.checkpoint(100) == run.root / "checkpoints" / "step-00000100"
+    assert run.rank_stacks(5) == run.root / "failures" / "stacks" / "rank-5.txt"
+    assert run.failed_attempt(2) == run.root / "failures" / "attempt-2"
+    assert run.hang_report == run.root / "failures" / "hang.json"
+
+
+FAMILIES = [v for v in vars(rundir_names).values() if isinstance(v, rundir_names.Numbered)]
+
+
+@given(family=st.sampled_from(FAMILIES), number=st.integers(0, 10**12), other=st.text(max_size=12))
+def test_a_name_family_parses_back_its_own_names_only(
+    family: rundir_names.Numbered, number: int, other: str
+) -> None:
+    assert family.number(family.name(number)) == number
+    assert family.key(family.name(other)) == (other or None)
+    if not (other.isascii() and other.isdigit()):
+        assert family.number(family.name(other)) is None
+    if family.suffix:
+        assert family.number(family.name(number) + ".tmp") is None
+
+
+def test_no_module_outside_the_contract_spells_a_run_directory_name() -> None:
+    """A string of the code (not a docstring or a message) that is a file name of rundir_names, or
+    starts with one of its families' prefixes, is a second spelling: it must come from there."""
+    names = {
+        v for k, v in vars(rundir_names).items() if k.isupper() and isinstance(v, str) and set(v) & set(".-")
+    }
+    prefixes = tuple(f.prefix for f in FAMILIES)
+    package = Path(rundir.__file__).resolve().parents[1]
+    found = []
+    for path in sorted(package.rglob("*.py")):
+        if path.name == "rundir_names.py" or "rundir" in path.relative_to(package).parts:
+            continue
+        tree = ast.parse(path.read_text())
+        docstrings = {
+            id(node.body[0].value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.body
+            and isinstance(node.body[0], ast.Expr)
+        }
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+                text = node.value
+                if not any(c.isspace() for c in text) and (text in names or text.startswith(prefixes)):
+                    found.append(f"{path.relative_to(package)}:{node.lineno}: {text!r}")
+    assert found == []
 
 
 def test_template_names_match_the_paths(run: RunDir) -> None:
