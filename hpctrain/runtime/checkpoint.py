@@ -44,17 +44,15 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from hpctrain.rundir import RunDir
+from hpctrain.rundir import CHECKPOINT, CHECKPOINT_RNG, CHECKPOINT_TRAINER, FileSum, RunDir
 from hpctrain.runtime.checkpoint_folder import (
-    COMPLETE_NAME,
-    TRAINER,
+    complete,
     discard,
-    expendable,
     file_sum,
+    newest_good,
     owner,
-    rng_name,
-    step_name,
-    verify,
+    prune,
+    unsummed,
     write_manifest,
 )
 from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
@@ -118,7 +116,8 @@ class Checkpointer:
     """
 
     def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn, writer: str = "auto") -> None:
-        self.root = RunDir(run_dir).checkpoints
+        self.run = RunDir(run_dir)
+        self.root = self.run.checkpoints
         self.rank = rank
         self.keep = keep
         self.event = event
@@ -133,10 +132,7 @@ class Checkpointer:
 
     def complete(self) -> list[Path]:
         """Finished checkpoint folders, newest first."""
-        if not self.root.is_dir():
-            return []
-        found = [p for p in self.root.glob("step-*") if p.is_dir() and COMPLETE_NAME.match(p.name)]
-        return sorted(found, key=lambda p: p.name, reverse=True)
+        return complete(self.root)
 
     def save(
         self,
@@ -154,7 +150,7 @@ class Checkpointer:
         """
         self.wait()
         started = time.perf_counter()
-        final = self.root / step_name(step)
+        final = self.run.checkpoint(step)
         tmp = final.with_name(final.name + ".tmp")
         if self.rank == 0:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -162,9 +158,9 @@ class Checkpointer:
         dist.barrier()
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optim": optim_state}
-        torch.save(rng_state(), tmp / rng_name(self.rank))
+        torch.save(rng_state(), tmp / CHECKPOINT_RNG.name(self.rank))
         if self.rank == 0:
-            torch.save({"step": step, **trainer}, tmp / TRAINER)
+            torch.save({"step": step, **trainer}, tmp / CHECKPOINT_TRAINER)
         staging = self._staging_for(state, model, optimizer)
         kind = AsyncCheckpointerType.PROCESS if staging.shared else AsyncCheckpointerType.THREAD
         response = dcp.async_save(
@@ -239,7 +235,7 @@ class Checkpointer:
         finally:
             own_done.set()
 
-    def _checksum_own_files(self, tmp: Path) -> dict[str, dict[str, Any]]:
+    def _checksum_own_files(self, tmp: Path) -> dict[str, FileSum]:
         """Each rank checksums the files it wrote, in parallel with the others (zlib frees the GIL)."""
         mine = [p for p in tmp.iterdir() if p.is_file() and owner(p.name) == self.rank]
         if len(mine) <= 1:
@@ -247,9 +243,9 @@ class Checkpointer:
         with ThreadPoolExecutor(max_workers=WRITE_THREADS) as pool:
             return dict(zip((p.name for p in mine), pool.map(file_sum, mine), strict=True))
 
-    def _rename(self, step: int, tmp: Path, final: Path, summed: dict[str, dict[str, Any]]) -> None:
+    def _rename(self, step: int, tmp: Path, final: Path, summed: dict[str, FileSum]) -> None:
         """Rank 0: manifest, then the atomic rename that makes the checkpoint loadable, then pruning."""
-        write_manifest(tmp, step, summed)
+        write_manifest(tmp, step, {**summed, **unsummed(tmp, summed)})
         discard(final)  # a re-save of the same step after a resume
         os.replace(tmp, final)
         self._prune(final)
@@ -297,25 +293,18 @@ class Checkpointer:
         )
 
     def _prune(self, published: Path) -> None:
-        for old in expendable(self.complete(), self.keep, published):
-            discard(old)
+        prune(self.root, self.keep, published)
 
     def clean_partial(self) -> None:
         """Rank 0 on start: folders left by a save killed before its rename, or a deletion killed midway."""
         if self.rank == 0 and self.root.is_dir():
-            for partial in self.root.glob("step-*.*"):
+            for partial in self.root.glob(f"{CHECKPOINT.prefix}*.*"):
                 log.warning("removing partial checkpoint %s", partial)
                 shutil.rmtree(partial, ignore_errors=True)
 
     def _choose(self) -> Path | None:
         """Rank 0: the newest checkpoint that verifies; corrupt ones are reported and skipped."""
-        for folder in self.complete():
-            problem = verify(folder)
-            if problem is None:
-                return folder
-            log.error("checkpoint %s is corrupt (%s); falling back to the previous one", folder.name, problem)
-            self.event("checkpoint_corrupt", path=str(folder), problem=problem)
-        return None
+        return newest_good(self.root, self.event)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Restored | None:
         """Load the newest good checkpoint into model and optimizer (and this rank's RNG)."""
@@ -331,8 +320,8 @@ class Checkpointer:
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(path))
         set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
-        trainer = torch.load(path / TRAINER, weights_only=False)
-        rng_path = path / rng_name(self.rank)
+        trainer = torch.load(path / CHECKPOINT_TRAINER, weights_only=False)
+        rng_path = path / CHECKPOINT_RNG.name(self.rank)
         if rng_path.exists():
             set_rng_state(torch.load(rng_path, weights_only=False))
         else:  # saved with fewer ranks: data order is still exact, dropout streams are not

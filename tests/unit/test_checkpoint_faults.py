@@ -20,7 +20,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from torch import nn
 
-from hpctrain.runtime import checkpoint, checkpoint_folder
+from hpctrain.rundir import RunDir
+from hpctrain.runtime import checkpoint_folder
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.checkpoint_folder import verify
 
@@ -187,7 +188,7 @@ def replay(root: Path, keep: int, operations: list[tuple[str, int]]) -> list[str
         else:
             run.save(dies=name == "fail")
         after = run.newest_good()
-        lost = before >= 0 and not (run.root / "checkpoints" / checkpoint_folder.step_name(before)).is_dir()
+        lost = before >= 0 and not RunDir(run.root).checkpoint(before).is_dir()
         if lost and after < 0:
             problems.append(f"{name} deleted step {before}, the last good checkpoint")
     return problems
@@ -201,7 +202,7 @@ def test_a_naive_policy_deletes_the_last_verified_checkpoint(
     steps = [("save", 0)] * 3 + [("corrupt", 0), ("corrupt", 1), ("resume", 1), ("save", 0)]
     assert replay(tmp_path / "kept", 3, steps) == []
     with monkeypatch.context() as patch:
-        patch.setattr(checkpoint, "expendable", naive)
+        patch.setattr(checkpoint_folder, "expendable", naive)
         assert replay(tmp_path / "naive", 3, steps) == ["save deleted step 1, the last good checkpoint"]
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import torch
 
-from hpctrain.runtime import bootstrap
+from hpctrain.rundir import RunDir
+from hpctrain.runtime import bootstrap, checkpoint_folder
 from hpctrain.runtime.ps import checkpoint, feed, roles, sharding
 from hpctrain.runtime.ps.transport import PUSH, Header
 from hpctrain.runtime.task import Task
@@ -137,14 +139,48 @@ def _shard(value: float) -> dict:
     return {"params": {"w": torch.full((2,), value)}, "optim": {}, "clocks": {0: int(value)}, "version": 0}
 
 
+def _events() -> tuple[list[tuple[str, dict]], Callable[..., None]]:
+    seen: list[tuple[str, dict]] = []
+    return seen, lambda event, **fields: seen.append((event, fields))
+
+
 def test_checkpoint_manifest_only_when_complete_and_pruned(tmp_path: Path) -> None:
+    seen, event = _events()
     checkpoint.save_shard(tmp_path, 10, 0, 2, _shard(1), keep=1)
-    assert checkpoint.load_latest(tmp_path) is None  # server 1's shard is missing
+    assert checkpoint.load_latest(tmp_path, event) is None  # server 1's shard is missing
     checkpoint.save_shard(tmp_path, 10, 1, 2, {**_shard(2), "params": {"b": torch.ones(1)}}, keep=1)
-    step, state = checkpoint.load_latest(tmp_path)  # type: ignore[misc]
+    step, state = checkpoint.load_latest(tmp_path, event)  # type: ignore[misc]
     assert step == 10 and set(state["params"]) == {"w", "b"}
+    manifest = checkpoint_folder.read_manifest(RunDir(tmp_path).checkpoint(10))
+    assert not isinstance(manifest, str) and manifest.servers == 2
+    assert set(manifest.files) == {"server-0.pt", "server-1.pt"}
     for server in (0, 1):
         checkpoint.save_shard(tmp_path, 20, server, 2, _shard(3), keep=1)
-    assert checkpoint.complete_steps(tmp_path) == [20]
-    assert not checkpoint.step_dir(tmp_path, 10).exists()
-    assert not list(checkpoint.step_dir(tmp_path, 20).glob(".*tmp*"))
+    assert [p.name for p in checkpoint_folder.complete(RunDir(tmp_path).checkpoints)] == ["step-00000020"]
+    assert not RunDir(tmp_path).checkpoint(10).exists()
+    assert not list(RunDir(tmp_path).checkpoint(20).glob(".*tmp*"))
+    assert seen == []
+
+
+def test_a_corrupt_newest_shard_falls_back_to_the_previous_checkpoint(tmp_path: Path) -> None:
+    seen, event = _events()
+    for step, value in ((10, 1.0), (20, 2.0)):
+        for server in (0, 1):
+            checkpoint.save_shard(tmp_path, step, server, 2, _shard(value), keep=2)
+    shard = RunDir(tmp_path).checkpoint(20) / "server-1.pt"
+    shard.write_bytes(shard.read_bytes()[:-7])  # truncated, as by a full disk
+    step, state = checkpoint.load_latest(tmp_path, event)  # type: ignore[misc]
+    assert step == 10 and float(state["params"]["w"][0]) == 1.0
+    assert [name for name, _ in seen] == ["checkpoint_corrupt"]
+    assert "server-1.pt has" in seen[0][1]["problem"] and seen[0][1]["path"].endswith("step-00000020")
+
+
+def test_a_restarted_server_forgets_its_shards_newer_than_its_resume(tmp_path: Path) -> None:
+    _seen, event = _events()
+    for server in (0, 1):
+        checkpoint.save_shard(tmp_path, 10, server, 2, _shard(1), keep=3)
+    checkpoint.save_shard(tmp_path, 20, 0, 2, _shard(2), keep=3)  # the attempt died before server 1's
+    checkpoint.forget_newer_shards(tmp_path, 0, resumed=10)
+    assert not (RunDir(tmp_path).checkpoint(20) / "server-0.pt").exists()
+    checkpoint.save_shard(tmp_path, 20, 1, 2, _shard(5), keep=3)  # no manifest over two attempts' shards
+    assert checkpoint.load_latest(tmp_path, event)[0] == 10  # type: ignore[index]

@@ -1,104 +1,90 @@
-"""Server shard checkpoints in the runtime's checkpoint folders: one file per server plus a manifest.
+"""Server shard checkpoints, in the runtime's checkpoint folders: one file per server plus the manifest.
 
-Each server writes its own shard file (tmp + rename). Whichever server finds all shard files of a
-step present after writing its own writes the manifest, so no server waits on another; a step
-directory without a manifest is incomplete and never resumed from. Shards are keyed by parameter
-name, so a restart with a different number of servers can still pick its tensors out.
+Each server writes its own shard file (atomically). Whichever server finds every shard of a step
+present after writing its own writes the manifest with every shard's size and CRC32, so no server
+waits on another. A folder without a manifest is incomplete, one whose shards do not match it is
+corrupt: neither is resumed from, and a corrupt one is reported and passed over for the one before
+(checkpoint_folder.py, as for every other strategy). Shards are keyed by parameter name, so a
+restart with a different number of servers can still pick its tensors out.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import shutil
-import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from hpctrain.rundir import RunDir
-from hpctrain.runtime.checkpoint_folder import MANIFEST, step_name
-
-
-def step_of(name: str) -> int | None:
-    """The step of a checkpoint folder's name (the runtime's :func:`step_name`), else None."""
-    digits = name.rpartition("-")[2]
-    return int(digits) if digits.isdigit() and step_name(int(digits)) == name else None
-
-
-def root(run_dir: Path) -> Path:
-    return RunDir(run_dir).checkpoints
-
-
-def step_dir(run_dir: Path, step: int) -> Path:
-    return root(run_dir) / step_name(step)
-
-
-def shard_name(server: int) -> str:
-    return f"server-{server}.pt"
+from hpctrain.rundir import CHECKPOINT_MANIFEST, SERVER_SHARD, RunDir, replacing
+from hpctrain.runtime.checkpoint_folder import (
+    complete,
+    discard,
+    file_sum,
+    newest_good,
+    prune,
+    read_manifest,
+    step_of,
+    write_manifest,
+)
 
 
 def save_shard(run_dir: Path, step: int, server: int, servers: int, state: dict[str, Any], keep: int) -> Path:
-    """Write this server's shard for ``step``; write the manifest and prune if the set is complete."""
-    folder = step_dir(run_dir, step)
+    """Write this server's shard of ``step``; complete the checkpoint and prune if every shard is there."""
+    run = RunDir(run_dir)
+    folder = run.checkpoint(step)
     folder.mkdir(parents=True, exist_ok=True)
-    path = folder / shard_name(server)
-    tmp = folder / f".{path.name}.tmp{os.getpid()}"
-    torch.save(state, tmp)
-    os.replace(tmp, path)
-    present = sorted(name for name in map(shard_name, range(servers)) if (folder / name).exists())
-    if len(present) >= servers:
-        manifest = {"step": step, "servers": servers, "files": present, "time": round(time.time(), 3)}
-        tmp = folder / f".{MANIFEST}.tmp{os.getpid()}"
-        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
-        os.replace(tmp, folder / MANIFEST)
-        prune(run_dir, keep)
+    path = folder / SERVER_SHARD.name(server)
+    with replacing(path) as tmp:
+        torch.save(state, tmp)
+    shards = [folder / SERVER_SHARD.name(s) for s in range(servers)]
+    if all(shard.is_file() for shard in shards):
+        write_manifest(folder, step, {shard.name: file_sum(shard) for shard in shards}, servers=servers)
+        prune(run.checkpoints, keep, published=folder)
+        discard_older_incomplete(run.checkpoints, step)
     return path
 
 
-def complete_steps(run_dir: Path) -> list[int]:
-    """Steps with a manifest, oldest first."""
-    folder = root(run_dir)
-    if not folder.is_dir():
-        return []
-    steps = []
-    for child in folder.iterdir():
-        step = step_of(child.name)
-        if step is not None and (child / MANIFEST).exists():
-            steps.append(step)
-    return sorted(steps)
+def discard_older_incomplete(root: Path, step: int) -> None:
+    """Folders older than ``step`` that never got their manifest: a server crashed while writing them."""
+    done = set(complete(root))
+    for child in root.iterdir():
+        older = step_of(child.name)
+        if older is not None and older < step and child not in done:
+            discard(child)
 
 
-def prune(run_dir: Path, keep: int) -> None:
-    """Keep the newest ``keep`` complete checkpoints; drop older ones and stale incomplete ones."""
-    complete = complete_steps(run_dir)
-    if not complete:
+def forget_newer_shards(run_dir: Path, server: int, resumed: int | None) -> None:
+    """On start: this server's shards of steps after the one it resumed from (a previous attempt's),
+    so that no later checkpoint mixes them with shards of this attempt. A newer folder that had a
+    manifest was corrupt (the newest good one is what was resumed): it loses its manifest too."""
+    root = RunDir(run_dir).checkpoints
+    if not root.is_dir():
         return
-    kept = set(complete[-keep:])
-    oldest_kept = min(kept)
-    for child in root(run_dir).iterdir():
+    for child in root.iterdir():
         step = step_of(child.name)
-        if step is not None and step not in kept and step < oldest_kept:
-            shutil.rmtree(child, ignore_errors=True)
+        if step is not None and (resumed is None or step > resumed):
+            (child / SERVER_SHARD.name(server)).unlink(missing_ok=True)
+            (child / CHECKPOINT_MANIFEST).unlink(missing_ok=True)
 
 
-def load_latest(run_dir: Path) -> tuple[int, dict[str, Any]] | None:
-    """(step, merged state) of the newest complete checkpoint, or None.
+def load_latest(run_dir: Path, event: Callable[..., None]) -> tuple[int, dict[str, Any]] | None:
+    """(step, merged state) of the newest checkpoint that verifies, or None.
 
     The merged state has every server's ``params`` and ``optim`` by parameter name and the
     ``clocks`` of the file with the most progress (all equal in sync mode).
     """
-    steps = complete_steps(run_dir)
-    if not steps:
+    folder = newest_good(RunDir(run_dir).checkpoints, event)
+    if folder is None:
         return None
-    step = steps[-1]
+    manifest = read_manifest(folder)
+    if isinstance(manifest, str):  # deleted since it verified: nothing to resume from
+        return None
     merged: dict[str, Any] = {"params": {}, "optim": {}, "clocks": {}}
-    manifest = json.loads((step_dir(run_dir, step) / MANIFEST).read_text())
-    for name in manifest["files"]:
-        shard = torch.load(step_dir(run_dir, step) / name, map_location="cpu", weights_only=True)
+    for name in manifest.files:
+        shard = torch.load(folder / name, map_location="cpu", weights_only=True)
         merged["params"].update(shard["params"])
         merged["optim"].update(shard["optim"])
         if sum(shard["clocks"].values()) >= sum(merged["clocks"].values()):
             merged["clocks"] = shard["clocks"]
-    return step, merged
+    return manifest.step, merged

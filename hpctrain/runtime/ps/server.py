@@ -84,7 +84,8 @@ class Server:
 
     def _resume(self) -> None:
         self.resumed: int | None = None
-        latest = checkpoint.load_latest(self.run_dir)
+        latest = checkpoint.load_latest(self.run_dir, self._event)
+        checkpoint.forget_newer_shards(self.run_dir, self.lay.index, latest[0] if latest else None)
         if latest is None:
             return
         step, state = latest
