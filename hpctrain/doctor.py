@@ -6,7 +6,6 @@ The preflight job is hpctrain.runtime.preflight run with one task per healthy no
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -17,7 +16,7 @@ from pathlib import Path
 from hpctrain import __version__
 from hpctrain.errors import HpctrainError
 from hpctrain.render import shell_quote
-from hpctrain.rundir import SLURM_PREFLIGHT_LOG
+from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
 from hpctrain.slurm_facts import ClusterFacts, is_number, memory_text_mb, parse_gres, slurm_time
 from hpctrain.slurm_values import memory_mb, time_minutes
 from hpctrain.spec import Site
@@ -146,7 +145,7 @@ def preflight_script(
     lines = [
         "#!/bin/bash",
         "#SBATCH --job-name=hpctrain-doctor",
-        f"#SBATCH --output={folder}/batch.log",
+        f"#SBATCH --output={RunDir(folder).batch_log}",
         f"#SBATCH --partition={partition}",
         f"#SBATCH --nodes={len(nodes)}",
         f"#SBATCH --nodelist={','.join(nodes)}",
@@ -166,7 +165,7 @@ def preflight_script(
         "export MASTER_ADDR",
         "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
         f"export HPCTRAIN_RUN_DIR={shell_quote(folder)}",
-        f"srun --output={shell_quote(str(folder) + '/' + SLURM_PREFLIGHT_LOG)} "
+        f"srun --output={shell_quote(str(RunDir(folder).logs / SLURM_PREFLIGHT_LOG))} "
         f"{shell_quote(site.python or sys.executable)} -m hpctrain.runtime.preflight --tolerance {tolerance}",
     ]
     return "\n".join(lines) + "\n"
@@ -180,12 +179,13 @@ def run_preflight(
     folder: Path,
     tolerance: float,
     timeout: float,
-) -> dict | None:
-    """Submit the preflight job, wait for it; its preflight.json, or None when it did not finish."""
+) -> PreflightReport | str:
+    """Submit the preflight job and wait for it: its preflight.json, or why there is none (one line)."""
     if not nodes:
-        return None
-    folder.mkdir(parents=True, exist_ok=True)
-    script = folder / "doctor.sbatch"
+        return "no node to run the preflight job on"
+    run = RunDir(folder)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    script = run.script
     part_gpus = site.partitions[partition].gpus_per_node
     gpus = min([part_gpus, *(parse_gres(facts.nodes[n].get("Gres", ""), site.gres_name)[0] for n in nodes)])
     script.write_text(preflight_script(site, partition, nodes, gpus, folder, tolerance))
@@ -205,35 +205,34 @@ def run_preflight(
         time.sleep(1)
     else:
         subprocess.run(["scancel", job_id], check=False)
-        return None
-    report = folder / "preflight.json"
-    return json.loads(report.read_text()) if report.exists() else None
-
-
-def preflight_findings(site: Site, report: dict | None, nodes: list[str], timeout: float) -> list[Finding]:
+        return f"preflight job {job_id} did not finish within {timeout:.0f} s"
+    report = run.read_preflight()
     if report is None:
-        return [
-            Finding(n, "preflight", "FAIL", f"preflight job did not finish within {timeout:.0f} s")
-            for n in nodes
-        ]
+        return f"preflight job {job_id} ended without a report (its log: {run.batch_log})"
+    return str(report) if isinstance(report, Unreadable) else report
+
+
+def preflight_findings(site: Site, report: PreflightReport | str, nodes: list[str]) -> list[Finding]:
+    if isinstance(report, str):
+        return [Finding(n, "preflight", "FAIL", report) for n in nodes]
     found: list[Finding] = []
     login = sys.version.split()[0]
-    for fact in report["facts"]:
-        node = fact["node"]
-        same = fact["python"] == login and fact["hpctrain"] == __version__
+    for fact in report.facts:
+        node = fact.node
+        same = fact.python == login and fact.hpctrain == __version__
         found.append(
             Finding(
                 node,
                 "versions",
                 "PASS" if same else "FAIL",
-                f"python {fact['python']} hpctrain {fact['hpctrain']} (login: {login}, {__version__})",
+                f"python {fact.python} hpctrain {fact.hpctrain} (login: {login}, {__version__})",
             )
         )
         gpu_status = (
             "FAIL"
-            if any("GPUs allocated" in p for p in fact["problems"])
+            if any("GPUs allocated" in p for p in fact.problems)
             else "WARN"
-            if fact["warnings"]
+            if fact.warnings
             else "PASS"
         )
         found.append(
@@ -241,39 +240,40 @@ def preflight_findings(site: Site, report: dict | None, nodes: list[str], timeou
                 node,
                 "gpus visible",
                 gpu_status,
-                f"{fact['gpus_seen']}/{fact['gpus_asked']} via {fact['gpu_source']}",
+                f"{fact.gpus_seen}/{fact.gpus_asked} via {fact.gpu_source}",
             )
         )
-        health = [p for p in fact["problems"] if p.startswith(("GPU ", "nvidia-smi"))]
-        checked = "no ECC/clock problem" if fact["gpu_source"] == "torch.cuda" else "not checked (no CUDA)"
+        health = [p for p in fact.problems if p.startswith(("GPU ", "nvidia-smi"))]
+        checked = "no ECC/clock problem" if fact.gpu_source == "torch.cuda" else "not checked (no CUDA)"
         found.append(Finding(node, "gpu health", "FAIL" if health else "PASS", "; ".join(health) or checked))
-        ib = [p for p in fact["problems"] if p.startswith("IB")]
+        ib = [p for p in fact.problems if p.startswith("IB")]
         found.append(
             Finding(
                 node,
                 "ib ports",
                 "FAIL" if ib else "PASS",
-                "; ".join(ib) or ", ".join(fact["ib_ports"]) or "no IB devices",
+                "; ".join(ib) or ", ".join(fact.ib_ports) or "no IB devices",
             )
         )
-        slow = [p for p in report["nodes"].get(node, {}).get("problems", []) if "all-reduce" in p]
+        verdict = report.nodes.get(node)
+        slow = [p for p in verdict.problems if "all-reduce" in p] if verdict else []
         found.append(
             Finding(
                 node,
                 "node all-reduce",
                 "FAIL" if slow else "PASS",
-                slow[0] if slow else f"{fact['node_busbw_gbps']:.3f} GB/s",
+                slow[0] if slow else f"{fact.node_busbw_gbps:.3f} GB/s",
             )
         )
     expected = site.network.expected_busbw_gbps
-    measured = report["busbw_gbps"]
+    measured = report.busbw_gbps
     if expected is None:
         found.append(
             Finding(
                 "cluster",
                 "all-reduce",
                 "PASS",
-                f"{measured:.3f} GB/s over {report['ranks']} ranks (site sets no expected_busbw_gbps)",
+                f"{measured:.3f} GB/s over {report.ranks} ranks (site sets no expected_busbw_gbps)",
             )
         )
     else:

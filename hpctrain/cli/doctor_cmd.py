@@ -38,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         report = doctor.run_preflight(
             site, facts, partition, nodes, doctor.doctor_home(), args.tolerance, args.timeout
         )
-        findings += doctor.preflight_findings(site, report, nodes, args.timeout)
+        findings += doctor.preflight_findings(site, report, nodes)
     bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})
     failed = any(f.status == "FAIL" for f in findings)
     if args.json:

@@ -20,18 +20,25 @@ from __future__ import annotations
 
 import argparse
 import glob
-import json
 import os
 import shutil
 import statistics
 import subprocess
 import sys
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
 from hpctrain import __version__
-from hpctrain.rundir import PREFLIGHT_EXCLUDE, RunDir
+from hpctrain.rundir import (
+    PREFLIGHT_EXCLUDE,
+    NodeFacts,
+    NodeVerdict,
+    PreflightReport,
+    RunDir,
+    replace_bytes,
+    write_json,
+)
 from hpctrain.runtime import bootstrap
 
 EXIT_BAD_NODES = 3
@@ -39,26 +46,6 @@ PORT_OFFSET = 20000  # the training uses MASTER_PORT; preflight stays clear of i
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
 # is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
 JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
-
-
-@dataclass
-class NodeFacts:
-    """What one rank saw on its node; `problems` FAIL the node, `warnings` only report."""
-
-    node: str
-    rank: int
-    local_rank: int
-    python: str
-    hpctrain: str
-    gpus_asked: int
-    gpus_seen: int
-    gpu_source: str
-    ib_ports: list[str] = field(default_factory=list)
-    problems: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-    node_busbw_gbps: float = 0.0
-    node_seconds: float = 0.0
-    global_busbw_gbps: float = 0.0
 
 
 def gpus_asked(env: dict[str, str]) -> int:
@@ -326,29 +313,29 @@ def report_verdict(
     by_node = judge(everyone, tolerance, JITTER_S[backend])
     bad = [node for node, problems in by_node.items() if problems]
     stuck = too_few_left(bad, dict(os.environ)) if bad else None
-    summary = {
-        "seconds": round(time.perf_counter() - started, 3),
-        "backend": backend,
-        "ranks": len(everyone),
-        "size_mb": size_mb,
-        "busbw_gbps": min(f.global_busbw_gbps for f in everyone),
-        "nodes": {n: {"problems": p} for n, p in by_node.items()},
-        "bad_nodes": bad,
-        "requeue": bool(bad) and stuck is None,
-        "no_requeue_because": stuck,
-        "facts": [asdict(f) for f in everyone],
-    }
+    summary = PreflightReport(
+        seconds=round(time.perf_counter() - started, 3),
+        backend=backend,
+        ranks=len(everyone),
+        size_mb=size_mb,
+        busbw_gbps=min(f.global_busbw_gbps for f in everyone),
+        nodes={n: NodeVerdict(p) for n, p in by_node.items()},
+        bad_nodes=bad,
+        requeue=bool(bad) and stuck is None,
+        no_requeue_because=stuck,
+        facts=everyone,
+    )
     for node in nodes:
         status = "FAIL" if by_node[node] else "PASS"
         print(f"hpctrain preflight: {node}: {status} {'; '.join(by_node[node])}".rstrip())
-    print(f"hpctrain preflight: all-reduce {summary['busbw_gbps']:.3f} GB/s over {len(everyone)} ranks")
+    print(f"hpctrain preflight: all-reduce {summary.busbw_gbps:.3f} GB/s over {len(everyone)} ranks")
     if stuck:
         print(f"hpctrain preflight: not requeueing without {','.join(bad)}: {stuck}")
     if report is not None:
-        report.write_text(json.dumps(summary, indent=2) + "\n")
+        write_json(report, summary)
         exclude = report.parent / PREFLIGHT_EXCLUDE
         if bad and not stuck:
-            exclude.write_text(",".join(bad) + "\n")
+            replace_bytes(exclude, (",".join(bad) + "\n").encode())
         else:
             exclude.unlink(missing_ok=True)
     return bad

@@ -30,6 +30,7 @@ from hpctrain.rundir import (
     AttemptLine,
     FailureReport,
     HangReport,
+    PreflightReport,
     Result,
     RunDir,
     TrainLine,
@@ -230,9 +231,15 @@ def this_attempt(report: object, start: AttemptLine) -> bool:
     return when is None or when >= start.time - 1.0
 
 
-def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str]) -> StepEnd:
-    import json
+def written_during(path: Path, start: AttemptLine) -> bool:
+    """A file last written during the attempt (as `this_attempt`, by its modification time)."""
+    try:
+        return path.stat().st_mtime >= start.time - 1.0
+    except OSError:
+        return False
 
+
+def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str]) -> StepEnd:
     result = run.read_result()
     end = StepEnd(
         status=status,
@@ -242,15 +249,16 @@ def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str])
     )
     if status == 0 or end.requeue_requested:
         return end
-    try:
-        preflight = json.loads(run.preflight_report.read_text())
-        if preflight.get("bad_nodes") and run.preflight_report.stat().st_mtime >= start.time - 1.0:
-            end.preflight_bad = [str(n) for n in preflight["bad_nodes"]]
-            end.preflight_requeue = bool(preflight.get("requeue"))
-            end.preflight_reason = str(preflight.get("no_requeue_because") or "")
-            return end
-    except (OSError, ValueError, AttributeError):
-        pass
+    preflight = run.read_preflight()
+    if (
+        isinstance(preflight, PreflightReport)
+        and preflight.bad_nodes
+        and written_during(run.preflight_report, start)
+    ):
+        end.preflight_bad = preflight.bad_nodes
+        end.preflight_requeue = preflight.requeue
+        end.preflight_reason = preflight.no_requeue_because or ""
+        return end
     hang = read_json(run.hang_report, HangReport)
     if isinstance(hang, HangReport) and this_attempt(hang, start):
         end.hang = hang
@@ -269,7 +277,7 @@ def set_aside_failures(run: RunDir, attempt: int) -> None:
     names = [p for p in run.failures.iterdir() if p.suffix == ".json" and p.is_file()]
     if not names:
         return
-    folder = run.failures / f"attempt-{attempt}"
+    folder = run.failed_attempt(attempt)
     folder.mkdir(exist_ok=True)
     for path in names:
         path.replace(folder / path.name)

@@ -16,20 +16,30 @@ import msgspec
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hpctrain import doctor
 from hpctrain.rundir import (
+    CHECKPOINT_MANIFEST,
     AttemptLine,
+    CheckpointManifest,
     EvalLine,
     EventLine,
     FailureReport,
+    FileSum,
     HangReport,
     Heartbeat,
     MemoryLine,
+    NodeFacts,
+    PreflightReport,
     RankTimesLine,
     Record,
     Result,
     RunDir,
     TrainLine,
+    Unreadable,
 )
+from hpctrain.runtime import checkpoint_folder
+from hpctrain.spec import load_site
+from tests.conftest import SITES
 from tests.unit.tracked_runs import cli, home_env, track
 
 JSON = st.recursive(
@@ -208,3 +218,43 @@ def jsonl(lines: list[msgspec.Struct]) -> bytes:
 )  # fmt: skip
 def test_lines_with_extreme_values_never_crash_report(metrics: bytes, workers: bytes, state: str) -> None:
     report_ok({"metrics.jsonl": metrics, "metrics/worker-3.jsonl": workers}, set(), state)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    data=content(PreflightReport, NodeFacts)
+    | encoded(st.builds(dict, facts=st.lists(wrong_shape(NodeFacts))))
+)
+def test_any_preflight_report_reads_as_findings_or_one_line(data: bytes) -> None:
+    """doctor (on the login node) and the supervisor read preflight.json as written by a job."""
+    with tempfile.TemporaryDirectory() as folder:
+        run = RunDir(folder)
+        run.preflight_report.write_bytes(data)
+        report = run.read_preflight()
+        assert isinstance(report, PreflightReport | Unreadable)
+        found = doctor.preflight_findings(
+            load_site(SITES / "local.yaml"),
+            report if isinstance(report, PreflightReport) else str(report),
+            ["n1"],
+        )
+        assert found and all(f.status in ("PASS", "WARN", "FAIL") for f in found)
+        if isinstance(report, Unreadable):
+            assert found[0].status == "FAIL" and "preflight.json: unreadable" in found[0].detail
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=content(CheckpointManifest, FileSum), shard=st.binary(max_size=64))
+def test_any_checkpoint_manifest_is_verified_or_refused_in_one_line(data: bytes, shard: bytes) -> None:
+    """A checkpoint is loaded only when its manifest decodes and every file matches it."""
+    with tempfile.TemporaryDirectory() as folder:
+        run = RunDir(folder)
+        step = run.checkpoint(5)
+        step.mkdir(parents=True)
+        (step / "server-0.pt").write_bytes(shard)
+        (step / CHECKPOINT_MANIFEST).write_bytes(data)
+        seen: list[dict[str, object]] = []
+        chosen = checkpoint_folder.newest_good(run.checkpoints, lambda _, **fields: seen.append(fields))
+        problem = checkpoint_folder.verify(step)
+        assert (chosen is None) == (problem is not None)
+        if problem is not None:
+            assert "\n" not in problem and seen == [{"path": str(step), "problem": problem}]
