@@ -34,6 +34,7 @@ from hpctrain.rundir import (
     Record,
     Result,
     RunDir,
+    SubmitInfo,
     TrainLine,
     Unreadable,
 )
@@ -105,6 +106,15 @@ FILES: dict[str, st.SearchStrategy[bytes]] = {
     "array-0/metrics.jsonl": lines(TrainLine),
     "array-0/result.json": content(Result),
     "logs/batch-0.log": st.lists(SRUN, max_size=3).map(b"\n".join),
+    "logs/node-n1.log": st.binary(max_size=200),
+    "submit.json": content(SubmitInfo),
+    "preflight.json": content(PreflightReport, NodeFacts),
+    "preflight-exclude": st.binary(max_size=50),
+    "checkpoints/step-00000010/manifest.json": content(CheckpointManifest, FileSum),
+    "failures/attempt-0/rank-0.json": content(FailureReport),
+    "requeue.request": st.binary(max_size=30),
+    "preempt.flag": st.binary(max_size=10),
+    "pids/rank-0": st.binary(max_size=20),
 }
 
 STATES = st.sampled_from(["FAILED", "COMPLETED", "RUNNING", "PREEMPTED", "CANCELLED", "SUBMIT_FAILED"])
