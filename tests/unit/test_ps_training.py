@@ -120,6 +120,33 @@ def test_sync_matches_data_parallel_and_resumes(tmp_path: Path, servers: int, fe
     assert (result(tmp_path).status, result(tmp_path).step) == ("completed", 25)
 
 
+def test_a_truncated_newest_shard_resumes_from_the_checkpoint_before(tmp_path: Path) -> None:
+    """Real servers and workers: the newest checkpoint's shard is cut short (a full disk, a kill);
+    the restarted job reports it, resumes from the one before and still equals synchronous DP."""
+    train = {
+        "steps": 15,
+        "batch_size": 32,
+        "lr": 3e-3,
+        "seed": 3,
+        "checkpoint_every": 5,
+        "keep_checkpoints": 2,
+    }
+    ps = {"mode": "sync"}
+    assert finish(tmp_path, start(tmp_path, 2, 2, train, ps)) == [0] * 4
+    newest = RunDir(tmp_path).checkpoint(15) / "server-1.pt"
+    newest.write_bytes(newest.read_bytes()[: newest.stat().st_size // 2])
+    train["steps"] = 20
+    assert finish(tmp_path, start(tmp_path, 2, 2, train, ps)) == [0] * 4
+    events = lines(tmp_path, "event")
+    corrupt = [e for e in events if e["event"] == "checkpoint_corrupt"]
+    assert len(corrupt) == 1 and corrupt[0]["path"].endswith("step-00000015"), corrupt
+    # Truncated, or already deleted by server 1 once it had resumed at 10: either way not loaded.
+    assert corrupt[0]["problem"].startswith(("server-1.pt has", "server-1.pt is missing")), corrupt
+    assert [e["step"] for e in events if e["event"] == "resumed"] == [10]
+    assert_close(tmp_path, reference(train, 2, 20))
+    assert (result(tmp_path).status, result(tmp_path).step) == ("completed", 20)
+
+
 def test_async_trains_digits_with_in_graph_feeding(tmp_path: Path) -> None:
     train = {"steps": 300, "batch_size": 64, "lr": 2e-3, "eval_every": 150}
     codes = finish(tmp_path, start(tmp_path, 1, 2, train, {"mode": "async", "feeding": "in-graph"}))

@@ -16,7 +16,7 @@ from typing import Any
 
 import torch
 
-from hpctrain.rundir import CHECKPOINT_MANIFEST, SERVER_SHARD, RunDir, replacing
+from hpctrain.rundir import SERVER_SHARD, RunDir, replacing
 from hpctrain.runtime.checkpoint_folder import (
     complete,
     discard,
@@ -55,9 +55,10 @@ def discard_older_incomplete(root: Path, step: int) -> None:
 
 
 def forget_newer_shards(run_dir: Path, server: int, resumed: int | None) -> None:
-    """On start: this server's shards of steps after the one it resumed from (a previous attempt's),
-    so that no later checkpoint mixes them with shards of this attempt. A newer folder that had a
-    manifest was corrupt (the newest good one is what was resumed): it loses its manifest too."""
+    """On start, after loading: this server's shards of steps after the one it resumed from (a
+    previous attempt's), so that no later manifest mixes them with shards of this attempt. A newer
+    folder with a manifest was corrupt; it keeps the manifest, so that every server that looks later
+    still finds it corrupt (and server 0 reports it) instead of incomplete."""
     root = RunDir(run_dir).checkpoints
     if not root.is_dir():
         return
@@ -65,7 +66,6 @@ def forget_newer_shards(run_dir: Path, server: int, resumed: int | None) -> None
         step = step_of(child.name)
         if step is not None and (resumed is None or step > resumed):
             (child / SERVER_SHARD.name(server)).unlink(missing_ok=True)
-            (child / CHECKPOINT_MANIFEST).unlink(missing_ok=True)
 
 
 def load_latest(run_dir: Path, event: Callable[..., None]) -> tuple[int, dict[str, Any]] | None:
