@@ -225,16 +225,21 @@ def attempt_task_errors(run: RunDir, attempt: int) -> list[FailedTask]:
     return []
 
 
+# A file written within this much before an attempt's start line still counts as the attempt's:
+# the start line is timed on the batch node, the files may be written by other nodes.
+CLOCK_SLACK_S = 1.0
+
+
 def this_attempt(report: object, start: AttemptLine) -> bool:
     """A report written during the attempt (older ones are a previous attempt's, not yet moved)."""
     when = getattr(report, "time", None)
-    return when is None or when >= start.time - 1.0
+    return when is None or when >= start.time - CLOCK_SLACK_S
 
 
 def written_during(path: Path, start: AttemptLine) -> bool:
     """A file last written during the attempt (as `this_attempt`, by its modification time)."""
     try:
-        return path.stat().st_mtime >= start.time - 1.0
+        return path.stat().st_mtime >= start.time - CLOCK_SLACK_S
     except OSError:
         return False
 
@@ -249,12 +254,9 @@ def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str])
     )
     if status == 0 or end.requeue_requested:
         return end
-    preflight = run.read_preflight()
-    if (
-        isinstance(preflight, PreflightReport)
-        and preflight.bad_nodes
-        and written_during(run.preflight_report, start)
-    ):
+    # A stale report (an earlier attempt's) is not read at all: it can be megabytes.
+    preflight = run.read_preflight() if written_during(run.preflight_report, start) else None
+    if isinstance(preflight, PreflightReport) and preflight.bad_nodes:
         end.preflight_bad = preflight.bad_nodes
         end.preflight_requeue = preflight.requeue
         end.preflight_reason = preflight.no_requeue_because or ""
