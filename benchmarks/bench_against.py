@@ -6,7 +6,7 @@ PYTHONPATH (and so in every rank it starts); the two trees alternate unit by uni
 one whole PS run), the order swapped every time, so load and drift fall on both alike. The ratio
 is this / other of the medians over the rounds.
 
-- ``layouts``: every layout of ``tests/unit/test_parallel_training.py`` (4 local gloo ranks, the
+- ``layouts``: every layout of ``tests/unit/runtime/parallel/test_training.py`` (4 local gloo ranks, the
   tiny GPT of bench_layouts_cpu.py); the median step time after the first two steps.
 - ``ps``: each tree's own ``benchmarks/bench_ps.py --json`` (sync, bounded and async with one
   straggler); samples per second of each mode, and async / sync.

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-# The launcher and layout table are the unit tests' (tests/unit/test_parallel_training.py).
+# The launcher and layout table are the unit tests' (tests/unit/runtime/parallel/test_training.py).
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 sys.path.insert(0, str(ROOT))
 

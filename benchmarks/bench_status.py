@@ -41,8 +41,8 @@ def timed(argv: list[str], env: dict[str, str]) -> tuple[float, float]:
 def populate(home: Path, tracked: int, metrics_mb: int) -> None:
     """Runs ended within the last day (status shows them), each with a big sparse metrics file."""
     sys.path.insert(0, str(REPO))
-    from hpctrain.records import Index, Run
     from hpctrain.rundir import Result, RunDir, metric_line
+    from hpctrain.runs.index import Index, Run
 
     index = Index(home)
     now = time.time()

@@ -15,9 +15,9 @@ def run(args: argparse.Namespace) -> int:
 
     if (code := cancel_hook(args)) is not None:  # every key names a sweep: cancel all its arrays
         return code
-    from hpctrain.backends import select_backend
     from hpctrain.errors import HpctrainError
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
+    from hpctrain.scheduler import select_backend
 
     index = Index()
     runs, missing = index.find(args.jobs)

@@ -8,7 +8,7 @@ import sys
 import time
 from typing import Any
 
-from hpctrain.backends import NAMES as BACKEND_NAMES
+from hpctrain.scheduler import NAMES as BACKEND_NAMES
 
 
 def add_job_arguments(parser: argparse.ArgumentParser) -> None:

@@ -63,14 +63,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def words(kind: str) -> list[str]:
     """Completion candidates: example job names, site names, or the job ids of tracked runs."""
     if kind == "jobs":
-        from hpctrain.resources import example_jobs
+        from hpctrain.launch.resources import example_jobs
 
         return list(example_jobs())
     if kind == "sites":
-        from hpctrain.sites import listing
+        from hpctrain.site.lookup import listing
 
         return sorted({e.name for e in listing(describe=False)})
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
 
     return [r.job_id for r in Index().runs(limit=200) if r.job_id]
 

@@ -24,10 +24,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from hpctrain import doctor, spec
+    from hpctrain import spec
     from hpctrain.cli.common import table
-    from hpctrain.sites import locate
-    from hpctrain.slurm_facts import ClusterFacts
+    from hpctrain.scheduler.slurm.facts import ClusterFacts
+    from hpctrain.site import doctor
+    from hpctrain.site.lookup import locate
 
     site = spec.load_site(locate(args.site))
     partition, _ = site.partition(args.partition)

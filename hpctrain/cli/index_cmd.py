@@ -15,8 +15,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.index_lines import silence_warnings
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.index_lines import silence_warnings
 
     silence_warnings()
     index = Index()

@@ -25,9 +25,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
     from hpctrain.errors import SpecError
-    from hpctrain.site_builder import build_site, probe_or_none, render_yaml
-    from hpctrain.sites import user_folder
-    from hpctrain.slurm_facts import ClusterFacts
+    from hpctrain.scheduler.slurm.facts import ClusterFacts
+    from hpctrain.site.builder import build_site, probe_or_none, render_yaml
+    from hpctrain.site.lookup import user_folder
 
     if not re.match(spec.NAME, args.name):
         raise SpecError(f"init-site: {args.name!r} is not a site name (letters, digits, . _ -)")

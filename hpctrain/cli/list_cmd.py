@@ -27,7 +27,7 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
 
     from hpctrain.cli.common import print_json, table
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
 
     limit = None if args.all else max(args.limit, 1)
     runs = Index().runs(limit=limit + 1 if limit else None)

@@ -10,8 +10,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from hpctrain.errors import HpctrainError
-from hpctrain.records import Run
 from hpctrain.rundir import RunDir
+from hpctrain.runs.index import Run
 
 # What one read copies at most: a log that grows by gigabytes is streamed, never held whole.
 CHUNK = 1 << 20
@@ -111,8 +111,8 @@ def _follow(run_: Run, path: Path, offset: int) -> None:
 def _until_ended(run_: Run, print_new: Callable[[], None]) -> None:
     """Call `print_new` every half second until the job has ended (the scheduler is asked every 5 s),
     and once more after."""
-    from hpctrain.records import Index
-    from hpctrain.watch import ended, refresh
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.poll import ended, refresh
 
     index = Index()
     next_poll = 0.0
@@ -130,7 +130,7 @@ def _until_ended(run_: Run, print_new: Callable[[], None]) -> None:
 
 def _merged(run_: Run, root: RunDir, args: argparse.Namespace) -> int:
     """Every selected rank's log, merged by time with a rank prefix; with -f, until the job ends."""
-    from hpctrain.cli.log_merge import LogMerger, rank_logs
+    from hpctrain.runs.logs import LogMerger, rank_logs
 
     merger = LogMerger(root, None if args.rank is None else [args.rank], args.node)
     if not args.follow and not rank_logs(root):

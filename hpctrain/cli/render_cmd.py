@@ -15,7 +15,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
-    from hpctrain.submission import prepare
+    from hpctrain.launch.submission import prepare
 
     request = prepare(args.job, args.site, args.overrides, args.backend, check=args.check)
     if args.spec:

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 from hpctrain.errors import HpctrainError, SpecError
 
 if TYPE_CHECKING:
-    from hpctrain.records import Index, Run
     from hpctrain.report.build import Written
     from hpctrain.rundir import RunDir
-    from hpctrain.sweep import SweepRecord
+    from hpctrain.runs.index import Index, Run
+    from hpctrain.sweep.plan import SweepRecord
 
 
 class NothingToReport(HpctrainError):
@@ -52,9 +52,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _report(key: str, out: Path | None) -> Written:
-    from hpctrain import sweep
-    from hpctrain.records import Index
     from hpctrain.rundir import RunDir, Unreadable
+    from hpctrain.runs.index import Index
+    from hpctrain.sweep import plan as sweep
 
     path = Path(key)
     if key not in (".", "..") and path.is_dir():
@@ -74,7 +74,7 @@ def _report(key: str, out: Path | None) -> Written:
     if not runs:
         raise NothingToReport(f"{key} is neither a job, run or sweep tracked by hpctrain nor a run directory")
     tracked = _refreshed(index, runs[0])
-    from hpctrain.watch import ended
+    from hpctrain.runs.poll import ended
 
     return _report_dir(
         RunDir(tracked.run_dir),
@@ -97,7 +97,7 @@ def _refreshed(index: Index, tracked: Run) -> Run:
     """The run with its state polled now (one scheduler query); the recorded state if that fails."""
     import msgspec
 
-    from hpctrain.watch import refresh
+    from hpctrain.runs.poll import refresh
 
     try:
         (polled,) = refresh(index, [tracked])
@@ -128,10 +128,10 @@ def _report_sweep(root: Path, record: SweepRecord, out: Path | None) -> Written:
     from hpctrain.cli.sweep_report import plot
     from hpctrain.report.build import Trial, report_trials
     from hpctrain.report.summary import Subject
-    from hpctrain.sweep import trial_dir
-    from hpctrain.sweep_grid import Value, describe
-    from hpctrain.sweep_status import survey
-    from hpctrain.watch import TERMINAL_NAMES
+    from hpctrain.runs.poll import TERMINAL_NAMES
+    from hpctrain.sweep.grid import Value, describe
+    from hpctrain.sweep.plan import trial_dir
+    from hpctrain.sweep.status import survey
 
     (status,) = survey([(root, record)])
 

@@ -14,7 +14,7 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
 
     from hpctrain.cli.common import print_json, table
-    from hpctrain.sites import listing, search_path
+    from hpctrain.site.lookup import listing, search_path
 
     entries = listing(describe=not args.names)
     if args.names:

@@ -11,9 +11,9 @@ from hpctrain.cli.common import ago, print_json, table
 from hpctrain.errors import HpctrainError
 
 if TYPE_CHECKING:
-    from hpctrain.records import Run
     from hpctrain.rundir import RunDir
-    from hpctrain.watch import Progress, RunStatus
+    from hpctrain.runs.index import Run
+    from hpctrain.runs.poll import Progress, RunStatus
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
@@ -45,7 +45,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def select(keys: list[str], everything: bool = False) -> list[Run]:
     """The runs named by job id or run id (some unknown: a warning; all unknown: an error), else recent."""
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
 
     index = Index()
     if keys:
@@ -63,7 +63,7 @@ def select(keys: list[str], everything: bool = False) -> list[Run]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.records import SUBMIT_FAILED
+    from hpctrain.runs.index import SUBMIT_FAILED
 
     if args.jobs:  # `hpctrain status SWEEP`: a sweep's own view (one line per sweep, --trials)
         from hpctrain.cli.sweep_cmd import status_hook
@@ -82,8 +82,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def poll_and_show(runs: list[Run], as_json: bool, detail: bool = False) -> list[RunStatus]:
-    from hpctrain.records import Index
-    from hpctrain.watch import observe
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.poll import observe
 
     # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
     statuses = observe(Index(), runs, brief=not as_json and not detail)
@@ -99,8 +99,8 @@ def wait_for(
     runs: list[Run], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
 ) -> list[RunStatus]:
     """Poll until every run has ended, showing each job's progress (steps, rate, ETA); then the table."""
-    from hpctrain.cli.progress_view import ProgressView
-    from hpctrain.watch import wait_until_done
+    from hpctrain.cli.view.progress import ProgressView
+    from hpctrain.runs.poll import wait_until_done
 
     view = None if quiet else ProgressView()
 
@@ -124,9 +124,9 @@ def wait_for(
 
 def release_requeued_runs(statuses: list[RunStatus]) -> None:
     """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
-    the dead node (hpctrain.slurm_nodes): nothing inside the job is left to do it."""
+    the dead node (hpctrain.scheduler.slurm.nodes): nothing inside the job is left to do it."""
     from hpctrain.rundir import RunDir
-    from hpctrain.slurm_nodes import release_requeued
+    from hpctrain.scheduler.slurm.nodes import release_requeued
 
     for status in statuses:
         if status.info is not None and status.run.job_id and status.run.backend != "local":
@@ -137,7 +137,7 @@ def release_requeued_runs(statuses: list[RunStatus]) -> None:
 def as_dict(status: RunStatus) -> dict[str, Any]:
     import msgspec
 
-    from hpctrain.watch import FAILURE_NAMES, failed_tasks
+    from hpctrain.runs.poll import FAILURE_NAMES, failed_tasks
 
     run, info = status.run, status.info
     data: dict[str, Any] = {
@@ -158,14 +158,14 @@ def as_dict(status: RunStatus) -> dict[str, Any]:
     }
     if status.elements:
         data["elements"] = msgspec.to_builtins(status.elements)
-    from hpctrain.attempts import run_summary
     from hpctrain.rundir import RunDir
+    from hpctrain.rundir.attempts import run_summary
 
     if (restarts := run_summary(RunDir(run.run_dir))) is not None:
         data["restarts"] = msgspec.to_builtins(restarts)
     if run.state in FAILURE_NAMES:
         data["failed_tasks"] = msgspec.to_builtins(failed_tasks(run.run_dir))
-    from hpctrain import health
+    from hpctrain.runs import health
 
     if watchdog_said := health.as_json(run.run_dir, run.state):
         data["health"] = watchdog_said
@@ -223,9 +223,9 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
         print("No jobs tracked by hpctrain (submit one with `hpctrain submit`).")
         return
     header = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
-    from hpctrain import health
-    from hpctrain.records import SUBMIT_FAILED
-    from hpctrain.watch import FAILURE_NAMES
+    from hpctrain.runs import health
+    from hpctrain.runs.index import SUBMIT_FAILED
+    from hpctrain.runs.poll import FAILURE_NAMES
 
     print(table([row for s in statuses for row in summary_rows(s)], header))
     for status in statuses:
@@ -283,15 +283,15 @@ def _show_parameter_server(label: str, prog: Progress) -> None:
 
 def _show_stragglers(label: str, prog: Progress) -> None:
     """`straggler: rank 3 on node2, +45%` for each rank the runtime flagged in its latest interval."""
-    from hpctrain.stragglers import describe
+    from hpctrain.rundir.stragglers import describe
 
     for line in describe(prog.ranks):
         print(f"  {label}: {_printable(line)}")
 
 
 def _show_problems(status: RunStatus, detail: bool) -> None:
-    from hpctrain.records import SUBMIT_FAILED
     from hpctrain.rundir import RunDir
+    from hpctrain.runs.index import SUBMIT_FAILED
 
     run = status.run
     if run.state == SUBMIT_FAILED:
@@ -315,9 +315,9 @@ def _show_run(
 ) -> None:
     """What went wrong (srun's word and the runtime's reports), unreadable files, and with `detail`
     the memory and result of one run directory."""
-    from hpctrain.attempts import run_summary, summary_line
     from hpctrain.rundir import tail_lines
-    from hpctrain.watch import FAILURE_NAMES, failed_tasks
+    from hpctrain.rundir.attempts import run_summary, summary_line
+    from hpctrain.runs.poll import FAILURE_NAMES, failed_tasks
 
     _show_parameter_server(label, prog)
     restarts = run_summary(root)

@@ -17,7 +17,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain.errors import BackendError
-    from hpctrain.submission import submit
+    from hpctrain.launch.submission import submit
 
     done = submit(args.job, args.site, args.overrides, args.backend, check=args.check)
     run_ = done.run

@@ -62,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def submit(args: argparse.Namespace) -> int:
-    from hpctrain import sweep
+    from hpctrain.sweep import plan as sweep
 
     record = sweep.submit(
         args.job,
@@ -76,7 +76,7 @@ def submit(args: argparse.Namespace) -> int:
         metric=args.metric,
         mode=args.mode,
     )
-    from hpctrain.records import home
+    from hpctrain.runs.index import home
 
     root = home() / "runs" / record.sweep_id
     if args.json:
@@ -100,8 +100,9 @@ def submit(args: argparse.Namespace) -> int:
 
 def _sweeps(keys: list[str], require: bool = True) -> list[tuple[Path, Any]]:
     """(root, record) of each named sweep, or of every tracked sweep when none is named."""
-    from hpctrain import rundir, sweep
-    from hpctrain.records import Index
+    from hpctrain import rundir
+    from hpctrain.runs.index import Index
+    from hpctrain.sweep import plan as sweep
 
     index = Index()
     if not keys:
@@ -123,7 +124,7 @@ def _sweeps(keys: list[str], require: bool = True) -> list[tuple[Path, Any]]:
 
 
 def status(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.sweep_status import rank, survey
+    from hpctrain.sweep.status import rank, survey
 
     summaries = survey(_sweeps(keys))
     if args.json:
@@ -178,8 +179,8 @@ def status_hook(args: argparse.Namespace) -> int | None:
 
 
 def cancel(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.backends import select_backend
-    from hpctrain.records import Index
+    from hpctrain.runs.index import Index
+    from hpctrain.scheduler import select_backend
 
     if not keys:
         raise SpecError("name the sweep to cancel: hpctrain sweep cancel SWEEP")
@@ -194,7 +195,7 @@ def cancel(keys: list[str], args: argparse.Namespace) -> int:
 
 def report(keys: list[str], args: argparse.Namespace) -> int:
     from hpctrain.cli.sweep_report import plot
-    from hpctrain.sweep_status import survey
+    from hpctrain.sweep.status import survey
 
     found = _sweeps(keys)
     if len(found) != 1:

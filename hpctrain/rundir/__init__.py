@@ -1,7 +1,7 @@
 """The run-directory contract: every path of a run, the struct of each file, atomic writers, total readers.
 
 The runtime writes these files and the login-side CLI reads them, both through this package
-(torch-free): the names in ``hpctrain/rundir_names.py``, the paths and typed files of one run in
+(torch-free): the names in ``hpctrain/rundir/names.py``, the paths and typed files of one run in
 ``run_dir.py``, the structs in ``structs.py`` and ``lines.py``, reading and writing in ``io.py``.
 Readers never raise: a file that is missing reads as ``None``, one that does not decode as
 :class:`Unreadable` with a one-line reason. Reads are bounded in bytes, so one huge or hostile file
@@ -47,30 +47,8 @@ from hpctrain.rundir.run_dir import RunDir
 
 if TYPE_CHECKING:
     import msgspec
-from hpctrain.rundir.structs import (
-    AttemptLine,
-    CheckpointManifest,
-    ExitCode,
-    FailureReport,
-    FileSum,
-    HangReport,
-    Heartbeat,
-    NodeFacts,
-    NodeVerdict,
-    PreflightReport,
-    RankBeat,
-    RankState,
-    Record,
-    RestartSummary,
-    Result,
-    SpecSummary,
-    SubmitInfo,
-    Unreadable,
-    WorkerStats,
-)
-
-# The file names: each spelled once, in hpctrain/rundir_names.py.
-from hpctrain.rundir_names import (
+# The file names: each spelled once, in hpctrain/rundir/names.py.
+from hpctrain.rundir.names import (
     ARRAY_BATCH_LOG,
     ARRAY_ELEMENT,
     ATTEMPTS,
@@ -117,6 +95,27 @@ from hpctrain.rundir_names import (
     WORKER_METRICS_FILE,
     Numbered,
     template_files,
+)
+from hpctrain.rundir.structs import (
+    AttemptLine,
+    CheckpointManifest,
+    ExitCode,
+    FailureReport,
+    FileSum,
+    HangReport,
+    Heartbeat,
+    NodeFacts,
+    NodeVerdict,
+    PreflightReport,
+    RankBeat,
+    RankState,
+    Record,
+    RestartSummary,
+    Result,
+    SpecSummary,
+    SubmitInfo,
+    Unreadable,
+    WorkerStats,
 )
 
 

@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import msgspec
 
 from hpctrain.rundir.lines import METRIC_KINDS, EventLine, MetricLine
+from hpctrain.rundir.names import Numbered
 from hpctrain.rundir.structs import Unreadable
-from hpctrain.rundir_names import Numbered
 
 # Bounds of every read: a hostile or runaway file costs no more than this.
 MAX_JSON_BYTES = 1 << 20

@@ -7,8 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-# The file names: each spelled once, in hpctrain/rundir_names.py.
-from hpctrain import rundir_names as file_names
+# The file names: each spelled once, in hpctrain/rundir/names.py.
+from hpctrain.rundir import names as file_names
 from hpctrain.rundir.io import (
     MAX_JSON_BYTES,
     MAX_LINE_BYTES,
@@ -26,6 +26,7 @@ from hpctrain.rundir.lines import (
     MetricLine,
     TrainLine,
 )
+from hpctrain.rundir.names import Numbered
 from hpctrain.rundir.structs import (
     ExitCode,
     FailureReport,
@@ -37,7 +38,6 @@ from hpctrain.rundir.structs import (
     SubmitInfo,
     Unreadable,
 )
-from hpctrain.rundir_names import Numbered
 
 if TYPE_CHECKING:
     import msgspec

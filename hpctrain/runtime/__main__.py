@@ -18,7 +18,8 @@ from pathlib import Path
 from hpctrain import spec
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
-from hpctrain.runtime import bootstrap, hang_rule, heartbeat, logs, mesh, signals
+from hpctrain.runtime import bootstrap, heartbeat, logs, mesh, signals
+from hpctrain.supervisor import hang_rule
 
 log = logging.getLogger("hpctrain.runtime")
 

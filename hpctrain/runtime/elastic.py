@@ -21,8 +21,8 @@ from typing import TYPE_CHECKING
 import msgspec
 
 from hpctrain.errors import HpctrainError
-from hpctrain.layout import Layout, LayoutError
 from hpctrain.rundir import CHECKPOINT_RNG, list_names, numbered
+from hpctrain.spec.layout import Layout, LayoutError
 
 if TYPE_CHECKING:
     from hpctrain.runtime.checkpoint import Restored

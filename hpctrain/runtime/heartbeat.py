@@ -108,7 +108,7 @@ def current_attempt(env: dict[str, str] | None = None) -> int:
 
 def stack_signal(preemption_signal: str) -> signal.Signals:
     """The signal that makes a rank print its stacks (faulthandler): never the preemption signal."""
-    from hpctrain.slurm_values import signal_name
+    from hpctrain.spec.slurm_values import signal_name
 
     try:
         preemption = "SIG" + signal_name(preemption_signal.upper())

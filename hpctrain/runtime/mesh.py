@@ -1,6 +1,6 @@
 """The runtime half of the layout: the GPU/CPU decision, the process-group backend and the job's DeviceMesh.
 
-``hpctrain.layout.Layout`` says which dims are active and how ranks map onto them; this module
+``hpctrain.spec.layout.Layout`` says which dims are active and how ranks map onto them; this module
 turns that into torch objects. :func:`device_type` is the only place that decides between GPU and
 CPU; the backend, the task's device and the mesh all follow from it.
 """
@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
-from hpctrain.layout import Layout
+from hpctrain.spec.layout import Layout
 
 if TYPE_CHECKING:
     import torch

@@ -64,7 +64,7 @@ def gres_files(node: str) -> list[str]:
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    from hpctrain.slurm_facts import expand_hostlist
+    from hpctrain.scheduler.slurm.facts import expand_hostlist
 
     files: list[str] = []
     for line in (proc.stdout + proc.stderr).splitlines():
@@ -281,7 +281,7 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 def too_few_left(bad: list[str], env: dict[str, str]) -> str | None:
     """Why requeueing without `bad` cannot work (the job would wait forever), or None."""
     from hpctrain.errors import HpctrainError
-    from hpctrain.slurm_facts import expand_hostlist, parse_record
+    from hpctrain.scheduler.slurm.facts import expand_hostlist, parse_record
 
     partition, job_id = env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_ID", "")
     needed = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)

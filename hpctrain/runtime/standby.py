@@ -28,8 +28,8 @@ import time
 from pathlib import Path
 
 from hpctrain.rundir import replace_bytes
-from hpctrain.rundir_names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
-from hpctrain.slurm_values import signal_name, standby_go_signal
+from hpctrain.rundir.names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
+from hpctrain.spec.slurm_values import signal_name, standby_go_signal
 
 # Variables the batch script sets for each attempt: the go file carries the new values.
 ATTEMPT_VARIABLES = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT")

@@ -26,7 +26,7 @@ import torch.distributed as dist
 from torch import nn
 
 from hpctrain.rundir import EventLine, RankTimesLine
-from hpctrain.stragglers import StragglerRule, phrase
+from hpctrain.rundir.stragglers import StragglerRule, phrase
 
 # Stamps are kept to the millisecond in metrics.jsonl: a 1024-rank line stays a few tens of KiB.
 DIGITS = 3

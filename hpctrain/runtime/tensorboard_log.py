@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain.rundir import EvalLine, EventLine, MetricLine, RankTimesLine, RunDir, TrainLine
-from hpctrain.stragglers import excess
+from hpctrain.rundir.stragglers import excess
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,6 @@ Imports stay light (msgspec, yaml): the CLI must start fast on a login node.
 """
 
 from hpctrain.errors import SpecError
-from hpctrain.slurm_values import NAME, memory_mb, time_minutes
 from hpctrain.spec.base import Base
 from hpctrain.spec.docs import field_docs
 from hpctrain.spec.job import (
@@ -36,6 +35,7 @@ from hpctrain.spec.resolve import (
     resolve,
 )
 from hpctrain.spec.site import Network, Partition, Site
+from hpctrain.spec.slurm_values import NAME, memory_mb, time_minutes
 from hpctrain.spec.sweep import EarlyStop, Sweep
 
 __all__ = [

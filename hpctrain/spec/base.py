@@ -6,7 +6,7 @@ import msgspec
 from msgspec import Meta
 
 # The vocabulary of both halves of the spec (job.py and site.py), named in one place.
-from hpctrain.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmWord
+from hpctrain.spec.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmWord
 
 Count = Annotated[int, Meta(ge=1)]
 """A number of things, at least one (nodes, trials)."""

@@ -9,8 +9,20 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
-from hpctrain.layout import DIMS, Layout, check_request
-from hpctrain.slurm_values import (
+from hpctrain.spec.base import (
+    Base,
+    Count,
+    EnvValue,
+    NodeName,
+    NonNegative,
+    Positive,
+    Seconds,
+    ShellLine,
+    SlurmWord,
+    Whole,
+)
+from hpctrain.spec.layout import DIMS, Layout, check_request
+from hpctrain.spec.slurm_values import (
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
@@ -25,18 +37,6 @@ from hpctrain.slurm_values import (
     sbatch_option_problem,
     signal_name,
     time_minutes,
-)
-from hpctrain.spec.base import (
-    Base,
-    Count,
-    EnvValue,
-    NodeName,
-    NonNegative,
-    Positive,
-    Seconds,
-    ShellLine,
-    SlurmWord,
-    Whole,
 )
 from hpctrain.spec.sweep import Sweep
 

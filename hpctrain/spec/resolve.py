@@ -7,15 +7,15 @@ from typing import Any
 import msgspec
 
 from hpctrain.errors import SpecError
-from hpctrain.layout import LayoutError
-from hpctrain.slurm_values import (
+from hpctrain.spec.base import Base
+from hpctrain.spec.job import SHORTHANDS, JobSpec, Parallel, ParameterServer, Preemption, Resources
+from hpctrain.spec.layout import LayoutError
+from hpctrain.spec.site import Partition, Site
+from hpctrain.spec.slurm_values import (
     PATTERN_WORDS,
     memory_mb,
     time_minutes,
 )
-from hpctrain.spec.base import Base
-from hpctrain.spec.job import SHORTHANDS, JobSpec, Parallel, ParameterServer, Preemption, Resources
-from hpctrain.spec.site import Partition, Site
 
 # ----------------------------------------------------------------------------------------------
 # Loading, overrides, cross-checks
@@ -38,7 +38,7 @@ class Resolved(Base):
 
 
 def _read_yaml(path: Path) -> Any:
-    from hpctrain import spec_yaml
+    from hpctrain.spec import yaml_reader as spec_yaml
 
     return spec_yaml.load(spec_yaml.read_text(path), str(path))
 
@@ -52,7 +52,7 @@ def _override_path(key: str, item: str) -> list[str]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> dict[str, Any]:
     """Apply `dotted.key=value` overrides (values parsed as YAML scalars) to raw spec data."""
-    from hpctrain import spec_yaml
+    from hpctrain.spec import yaml_reader as spec_yaml
 
     for item in overrides:
         key, sep, raw = item.partition("=")
@@ -83,7 +83,7 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> 
 
 def _override_value(raw: str, key: str, literal: bool) -> Any:
     """A --set value as YAML reads it; env values keep their text (`--set env.X=0755` is "0755")."""
-    from hpctrain import spec_yaml
+    from hpctrain.spec import yaml_reader as spec_yaml
 
     if literal and not raw:
         return ""
@@ -105,7 +105,7 @@ def _field_path(message: str) -> tuple[str, str]:
 
 
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
-    from hpctrain import spec_yaml
+    from hpctrain.spec import yaml_reader as spec_yaml
 
     spec_yaml.check_values(data, (), origin)
     try:
@@ -133,7 +133,7 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
 
 
 def load_site(path: str | Path) -> Site:
-    """A site profile from its file; `hpctrain.sites.locate` turns a `--site NAME` into that file."""
+    """A site profile from its file; `hpctrain.site.lookup.locate` turns a `--site NAME` into that file."""
     if not str(path).strip():
         raise SpecError("--site: empty; give a site name (e.g. local) or a path")
     path = Path(path)

@@ -5,9 +5,9 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpctrain.slurm_values import NAME, SLURM_WORD, check, check_env, memory_mb, time_minutes
 from hpctrain.spec.base import Base, Count, EnvValue, Line, NodeName, Positive, ShellLine, SlurmWord, Whole
 from hpctrain.spec.job import Preemption
+from hpctrain.spec.slurm_values import NAME, SLURM_WORD, check, check_env, memory_mb, time_minutes
 
 # ----------------------------------------------------------------------------------------------
 # Site profile

@@ -1,6 +1,6 @@
 """The sweep section of a job spec (``sweep:``): the grid, the draw, the metric, early stopping.
 
-``hpctrain sweep`` reads it (``hpctrain/sweep.py``); a plain submit ignores it.
+``hpctrain sweep`` reads it (``hpctrain/sweep/plan.py``); a plain submit ignores it.
 """
 
 from typing import Annotated, Literal

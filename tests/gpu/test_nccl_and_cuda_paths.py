@@ -34,7 +34,8 @@ def hang_in_a_collective(run_dir: Path) -> None:
     waits behind a kernel that outlasts the collective timeout."""
     import torch.distributed as dist
 
-    from hpctrain.runtime import bootstrap, hang_rule
+    from hpctrain.runtime import bootstrap
+    from hpctrain.supervisor import hang_rule
 
     hang_rule.apply_nccl_env(run_dir, COLLECTIVE_TIMEOUT_S, "nccl", torch.__version__)
     info = bootstrap.single({})  # a world of one, as a plain process gets

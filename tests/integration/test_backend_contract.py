@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.backends.base import Backend, BackendError, JobInfo, JobState
+from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState
 
 # Slurm on a shared two-node test host can keep a job PENDING for a while behind other people's jobs.
 TERMINAL_WAIT_S = 180.0
@@ -110,7 +110,7 @@ def cluster_problem() -> str | None:
 
 
 def make_local(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    from hpctrain.backends.local import LocalBackend
+    from hpctrain.scheduler.local import LocalBackend
 
     monkeypatch.setenv("HPCTRAIN_HOME", str(tmp / "home"))
     return Harness("local", LocalBackend(), tmp, count_commands(monkeypatch), None, None,
@@ -121,14 +121,14 @@ def make_slurm_cli(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     problem = cluster_problem()
     if problem:
         pytest.skip(f"slurm_cli: {problem}; start one with scripts/local-cluster.sh up")
-    from hpctrain.backends.slurm_cli import SlurmCliBackend
+    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
     return Harness("slurm_cli", SlurmCliBackend(), tmp, count_commands(monkeypatch), "squeue", "sacct",
                    unknown_id="999999990", has_test_only=True)  # fmt: skip
 
 
 def make_pyslurm(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
-    from hpctrain.backends import pyslurm_backend
+    from hpctrain.scheduler.slurm import pyslurm as pyslurm_backend
 
     ok, reason = pyslurm_backend.available()
     if not ok:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpctrain.attempts import History
 from hpctrain.rundir import RunDir
+from hpctrain.rundir.attempts import History
 from hpctrain.spec import load_site, memory_mb, time_minutes
 from tests.conftest import JOBS, SITES, run_cli
 from tests.integration.cluster import require_cluster, scontrol_job, submit, wait_state

@@ -19,8 +19,8 @@ import pytest
 import torch
 import yaml
 
-from hpctrain.attempts import History
 from hpctrain.rundir import RunDir
+from hpctrain.rundir.attempts import History
 from tests.conftest import REPO, run_cli
 from tests.integration import faults
 from tests.integration.cluster import require_cluster, run_dir, scontrol_job, wait_state

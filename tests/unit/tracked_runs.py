@@ -11,8 +11,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpctrain.records import Index, Run
 from hpctrain.rundir import RunDir
+from hpctrain.runs.index import Index, Run
 
 
 def track(home: Path, job_id: str, state: str, backend: str = "local", name: str = "job") -> RunDir:

@@ -59,7 +59,7 @@ class Strategy(ABC):
         rank's pipeline stage). ``get_state_dict`` strips wrapper prefixes, so checkpoints keep
         the user's parameter names.
     ``layout``
-        The job's :class:`hpctrain.layout.Layout`: degrees, active dims, rank coordinates.
+        The job's :class:`hpctrain.spec.layout.Layout`: degrees, active dims, rank coordinates.
     ``device``
         Where batches go (``cuda:<local rank>`` or ``cpu``).
     ``data_rank`` / ``data_world``

@@ -1,0 +1,1 @@
+"""How the verbs print: progress bars and other views of what the API returns."""

@@ -1,0 +1,1 @@
+"""Submitting: the dry run (load, check, render) and scheduling it (login side)."""

@@ -1,0 +1,264 @@
+"""Render a resolved job into a batch script: the Jinja environment, its filters and the template context."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from hpctrain import __version__
+from hpctrain.errors import RenderError
+from hpctrain.launch.resources import data_folder
+from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
+from hpctrain.spec import Resolved
+from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
+
+TEMPLATES = data_folder("templates")
+# No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
+SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@=:\-]+$")
+
+
+def template_dir() -> Path:
+    return Path(os.environ.get("HPCTRAIN_TEMPLATES", TEMPLATES))
+
+
+def _bytecode_cache() -> Any:
+    """Compiled templates cached on disk: compiling them again is most of a render's cost."""
+    import jinja2
+
+    folder = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hpctrain" / "jinja"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        return None
+    return jinja2.FileSystemBytecodeCache(str(folder))
+
+
+@cache
+def environment(folder: str) -> Any:
+    import jinja2
+
+    env = jinja2.Environment(
+        loader=jinja2.FileSystemLoader(folder),
+        bytecode_cache=_bytecode_cache(),
+        undefined=jinja2.StrictUndefined,
+        keep_trailing_newline=True,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        autoescape=False,
+    )
+    env.filters["q"] = shell_quote
+    return env
+
+
+def shell_quote(value: object) -> str:
+    """Always single-quote: shlex leaves words like `=mlx5_0:1` bare, which bash then misreads."""
+    return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
+def slurm_directive_path(path: Path) -> str:
+    """A path that may stand in an #SBATCH line, where sbatch (not a shell) parses it."""
+    text = str(path)
+    if not SAFE_PATH.match(text):
+        raise RenderError(
+            f"run directory {text!r} has characters that #SBATCH lines cannot carry; "
+            "set HPCTRAIN_HOME to a plain path"
+        )
+    return text
+
+
+def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
+    def text(value: Any) -> str:
+        if isinstance(value, bool):
+            return "1" if value else "0"
+        return str(value)
+
+    return [(key, text(value)) for key, value in mapping.items()]
+
+
+def batch_log_name(array: bool, array_offset: int = 0) -> str:
+    """The batch log's file name (Slurm pattern): `%a` restarts at 0 in each array of a chunked sweep,
+    so an array with an offset names its logs `batch-%a+OFFSET.log`."""
+    if not array:
+        return BATCH_LOG
+    if not array_offset:
+        return SLURM_ARRAY_BATCH_LOG
+    stem, _, suffix = SLURM_ARRAY_BATCH_LOG.rpartition(".")
+    return f"{stem}+{array_offset}.{suffix}"
+
+
+class Directive(msgspec.Struct, frozen=True, array_like=True):
+    """One batch option: `--option=value`, or the flag `--option` when value is None.
+
+    Values come from validated spec fields only (no newline, no quote, no `#`), so sbatch, which
+    reads #SBATCH lines itself, takes each one as written.
+    """
+
+    option: str
+    value: str | None = None
+
+    @property
+    def text(self) -> str:
+        if self.value is None:
+            return f"--{self.option}"
+        value = f'"{self.value}"' if " " in self.value else self.value
+        return f"--{self.option}={value}"
+
+
+BatchOptions = list[list[Directive]]
+"""Batch options per hetjob component (one component unless parameter servers run beside the workers);
+the first component also carries the options of the whole job."""
+
+
+def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> BatchOptions:
+    """What the job asks of Slurm, as data: the template prints it, backends submit it."""
+    job, site = resolved.job, resolved.site
+    res = job.resources
+    part = site.partitions[resolved.partition]
+    preemption = resolved.preemption
+
+    def some(**options: object) -> list[Directive]:
+        """Directives for the options that are set; True is a flag, None/False/empty is left out."""
+        out = []
+        for name, value in options.items():
+            if value is None or value is False or value == [] or value == "":
+                continue
+            option = name.rstrip("_").replace("_", "-")
+            out.append(Directive(option, None if value is True else str(value)))
+        return out
+
+    whole_job = some(
+        job_name=job.name,
+        output=f"{slurm_directive_path(run_dir)}/{LOGS}/{batch_log_name(bool(job.array), array_offset)}",
+        open_mode="append",
+        time=res.time,
+        signal=f"B:{preemption.signal}@{preemption.lead_time}",
+        requeue=preemption.requeue,
+        no_requeue=not preemption.requeue,
+        # A lost node that does not run the batch script must not end the job: the supervisor
+        # restarts the training step on the nodes left (Slurm drops the dead one at SlurmdTimeout).
+        no_kill=job.restart.max > 0,
+        account=res.account,
+        qos=res.qos,
+        array=job.array,
+        dependency=job.dependency,
+        reservation=res.reservation,
+        licenses=res.licenses,
+        begin=job.begin,
+        comment=job.comment,
+        mail_type=",".join(job.mail_type),
+        mail_user=job.mail_user,
+    )
+    ps = resolved.parallel.ps
+    mem_mb = memory_mb(res.mem) if res.mem else None
+    exclude = ",".join(res.exclude)
+    components: BatchOptions = []
+    if ps is not None and ps.heterogeneous:
+        ps_mem_mb = memory_mb(ps.mem) if ps.mem else None
+        # srun refuses a step whose components mix --mem with the per-CPU default.
+        mem_mb, ps_mem_mb = mem_mb or ps_mem_mb, ps_mem_mb or mem_mb
+        components.append(
+            some(
+                partition=ps.partition or resolved.partition,
+                nodes=ps.nodes,
+                ntasks=ps.servers,
+                cpus_per_task=ps.cpus_per_server,
+                mem=f"{ps_mem_mb}M" if ps_mem_mb else None,
+                exclude=exclude,
+            )
+        )
+    torchrun = job.launcher == "torchrun"
+    gpus = res.gpus_per_node
+    gpu_type = res.gpu_type or part.gpu_type
+    workers = some(
+        partition=resolved.partition,
+        nodes=res.nodes,
+        ntasks_per_node=1 if torchrun else res.ntasks_per_node,
+        cpus_per_task=res.cpus_per_task * (res.ntasks_per_node if torchrun else 1),
+        gres=(f"{site.gres_name}:{gpu_type}:{gpus}" if gpu_type else f"{site.gres_name}:{gpus}")
+        if gpus
+        else None,
+        mem=f"{mem_mb}M" if mem_mb else None,
+        constraint=res.constraint,
+        exclusive=res.exclusive,
+        exclude=exclude,
+        nodelist=",".join(res.nodelist),
+    )
+    workers += [Directive(name, None if value is True else str(value)) for name, value in job.sbatch.items()]
+    components.append(workers)
+    components[0] = whole_job + components[0]
+    return components
+
+
+def context(
+    resolved: Resolved, run_dir: Path, python: str | None = None, array_offset: int = 0
+) -> dict[str, Any]:
+    """Everything a template may use; computed here so templates stay free of logic.
+
+    `array_offset` is added to each array index: a sweep above MaxArraySize is several arrays.
+    """
+    job, site = resolved.job, resolved.site
+    environment_vars = dict(site.env)
+    if job.resources.gpus_per_node:
+        environment_vars.update(site.network.nccl_env)
+        environment_vars.update(site.network.ucx_env)
+    if site.network.gloo_socket_ifname:
+        environment_vars["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
+    environment_vars.update(job.env)
+    ps = resolved.parallel.ps
+    heterogeneous = ps is not None and ps.heterogeneous
+    # Preflight defaults to on where a bad node costs most: multi-node GPU jobs (not PS hetjobs).
+    preflight = job.preflight
+    if preflight is None:
+        preflight = job.resources.nodes > 1 and job.resources.gpus_per_node > 0
+    return {
+        "version": __version__,
+        "job": job,
+        "site": site,
+        "resources": job.resources,
+        "batch": batch_options(resolved, run_dir, array_offset),
+        "world_size": resolved.world_size,
+        "tasks_per_node": job.resources.ntasks_per_node,
+        "run_dir": slurm_directive_path(run_dir),
+        "python": python or site.python or sys.executable,
+        "env": _env_items(environment_vars),
+        "setup": [*site.setup, *job.setup],
+        "preemption": resolved.preemption,
+        "signal": signal_name(resolved.preemption.signal),
+        "launcher": job.launcher,
+        "mpi": site.mpi,
+        "ps": ps,
+        "heterogeneous": heterogeneous,
+        "array": job.array,
+        "array_offset": array_offset,
+        "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
+        "files": template_files(),
+        "preflight": preflight and not heterogeneous,
+        # Parameter-server steps write no heartbeats (a dead worker is not a hang there).
+        "watchdog": job.watchdog.enabled and ps is None,
+        # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
+        "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
+        "standby_signal": standby_go_signal(resolved.preemption.signal),
+    }
+
+
+def render(
+    resolved: Resolved,
+    run_dir: Path,
+    python: str | None = None,
+    template: str = "sbatch.sh.j2",
+    array_offset: int = 0,
+) -> str:
+    """The batch script for `resolved`, whose outputs go to `run_dir`."""
+    import jinja2
+
+    try:
+        tmpl = environment(str(template_dir())).get_template(template)
+    except jinja2.TemplateNotFound as err:
+        raise RenderError(f"template {err.name} not found in {template_dir()}") from None
+    return tmpl.render(**context(resolved, run_dir, python, array_offset))

@@ -1,0 +1,1 @@
+"""Tracked runs: the index, one poll for every run, health, logs (login side)."""

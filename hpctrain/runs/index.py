@@ -1,0 +1,376 @@
+"""Run records and the per-user index of every submission: a journal, a compacted archive, one lock."""
+
+import contextlib
+import fcntl
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import msgspec
+
+from hpctrain.errors import HpctrainError
+from hpctrain.rundir import Record, RunDir, replace_bytes, tail_bytes
+from hpctrain.runs.index_lines import Added, Changed, Decoded, decode, encode_lines, write_all
+from hpctrain.scheduler.base import JobState
+
+# Records that never reached the scheduler carry this state instead of a JobState.
+SUBMIT_FAILED = "SUBMIT_FAILED"
+# States a run cannot leave: such runs are not polled again and may move to the archive.
+ENDED_STATES = frozenset({s.value for s in JobState if s.terminal} | {SUBMIT_FAILED})
+# Runs that ended less than this long ago stay in the journal: `status` shows them without
+# reading the archive.
+KEEP_RECENT_S = 24 * 3600
+# The journal is compacted when it grows past this size and past twice its size after the last
+# compaction (so a journal full of active runs is not rewritten on every append).
+JOURNAL_LIMIT_BYTES = 1 << 20
+
+History = list[tuple[str, float, str]]
+
+
+def home() -> Path:
+    """Where hpctrain keeps this user's runs: $HPCTRAIN_HOME, else ~/.hpctrain."""
+    return Path(os.environ.get("HPCTRAIN_HOME") or Path.home() / ".hpctrain").expanduser().resolve()
+
+
+class Run(msgspec.Struct, kw_only=True):
+    run_id: str
+    job_id: str | None
+    name: str
+    site: str
+    backend: str
+    run_dir: Path
+    submitted_at: float
+    state: str
+    state_at: float
+    reason: str = ""
+
+
+def _run_of(line: Added) -> Run:
+    return Run(**{**msgspec.structs.asdict(line), "run_dir": Path(line.run_dir)})
+
+
+def _line_of(run: Run) -> Added:
+    return Added(**{**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)})
+
+
+class _Journal(msgspec.Struct):
+    """The journal folded: its runs, their histories, and changes to runs that live in the archive."""
+
+    runs: dict[str, Run]
+    history: dict[str, History]
+    archived_changes: list[Changed]
+    bad: list[tuple[int, bytes]]
+
+
+def _fold(lines: list[Added | Changed]) -> tuple[dict[str, Run], dict[str, History], list[Changed]]:
+    runs: dict[str, Run] = {}
+    history: dict[str, History] = {}
+    elsewhere: list[Changed] = []
+    for line in lines:
+        if isinstance(line, Added):
+            run = runs[line.run_id] = _run_of(line)
+            history.setdefault(run.run_id, []).append((run.state, run.state_at, run.reason))
+        elif line.run_id in runs:
+            run = runs[line.run_id]
+            run.state, run.state_at, run.reason = line.state, line.at, line.reason
+            history[run.run_id].append((line.state, line.at, line.reason))
+        else:
+            elsewhere.append(line)
+    return runs, history, elsewhere
+
+
+def _apply(runs: dict[str, Run] | dict[str, Added], changes: Iterable[Changed]) -> None:
+    for change in changes:
+        run = runs.get(change.run_id)
+        if run is not None:
+            run.state, run.state_at, run.reason = change.state, change.at, change.reason
+
+
+class Index:
+    """Every run of this user, safe under concurrent submits, fast at 100,000 runs.
+
+    `index.jsonl` is the journal: `{"op": "add", ...run}` and `{"op": "state", "run_id", "state",
+    "at", "reason"}` lines, appended under an exclusive `flock` of `index.lock`; a run's current state
+    is its last line. When the journal grows past JOURNAL_LIMIT_BYTES it is compacted: runs that ended
+    more than KEEP_RECENT_S ago move to `index-archive.jsonl` (one line per run, sorted by submission
+    time), the others stay. So `status` reads only the journal, `list -n N` the archive's last N lines,
+    and a lookup by id decodes only the archive lines that contain the id. A line that does not decode
+    (a crash mid-append, a hand edit) is skipped with one warning; compaction sets it aside in
+    `index-rejected.jsonl`. (Plain files, not sqlite: importing sqlite3 costs more than a submission.)
+    """
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = root or home()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.path = self.root / "index.jsonl"
+        self.archive_path = self.root / "index-archive.jsonl"
+        self.rejected_path = self.root / "index-rejected.jsonl"
+        self.lock_path = self.root / "index.lock"
+
+    # -- locking and raw files ---------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self, exclusive: bool) -> Iterator[int]:
+        """Hold index.lock; yields its descriptor (which stores the journal size after compaction)."""
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+            yield fd
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _read(self, path: Path) -> Decoded:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return Decoded([], [])
+        return decode(data, path)
+
+    def _journal(self) -> _Journal:
+        with self._locked(exclusive=False):
+            decoded = self._read(self.path)
+        runs, history, elsewhere = _fold(decoded.lines)
+        return _Journal(runs, history, elsewhere, decoded.bad)
+
+    def _archived(self, changes: list[Changed], read: Callable[[], Decoded]) -> dict[str, Run]:
+        """Archive runs as `read` returns them (under the lock), with the journal's later changes."""
+        with self._locked(exclusive=False):
+            decoded = read()
+        runs = {line.run_id: _run_of(line) for line in decoded.lines if isinstance(line, Added)}
+        _apply(runs, changes)
+        return runs
+
+    def _archive_tail(self, count: int) -> Decoded:
+        # Unbounded: `list --all` asks for every line; the window grows 4x until it holds them.
+        lines = tail_bytes(self.archive_path, count, limit=sys.maxsize, whole_only=True)
+        return decode(b"\n".join(lines), self.archive_path)
+
+    def _archive_matching(self, keys: Iterable[str]) -> Decoded:
+        """Only the archive lines that contain one of `keys`: a lookup decodes a handful of lines."""
+        try:
+            data = self.archive_path.read_bytes()
+        except FileNotFoundError:
+            return Decoded([], [])
+        found: dict[int, bytes] = {}
+        for key in keys:
+            needle = key.encode()
+            at = data.find(needle) if needle else -1
+            while at >= 0:
+                start = data.rfind(b"\n", 0, at) + 1
+                end = data.find(b"\n", at)
+                end = len(data) if end < 0 else end
+                found[start] = data[start:end]
+                at = data.find(needle, end)
+        return decode(b"\n".join(found[k] for k in sorted(found)), self.archive_path)
+
+    def _append(self, lines: list[Added | Changed]) -> None:
+        if not lines:
+            return
+        data = encode_lines(lines)
+        with self._locked(exclusive=True) as lock:
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                size = os.fstat(fd).st_size
+                # A writer that died mid-line left no newline: start on a line of our own, so the
+                # torn line is the only one lost.
+                if size and os.pread(fd, 1, size - 1) != b"\n":
+                    data = b"\n" + data
+                write_all(fd, data)
+                size = os.fstat(fd).st_size
+            finally:
+                os.close(fd)
+            if size > max(JOURNAL_LIMIT_BYTES, 2 * _compacted_size(lock)):
+                # The append is done: a compaction that fails (a full disk) waits for the next one.
+                with contextlib.suppress(OSError):
+                    self._compact_locked(lock)
+
+    # -- writing --------------------------------------------------------------------------------
+
+    def new_run_dir(self, name: str) -> tuple[str, Path]:
+        """A fresh, unique run directory: runs/<date>-<time>-<name>-<random>."""
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for _ in range(10):
+            run_id = f"{stamp}-{name}-{os.urandom(3).hex()}"
+            run_dir = self.root / "runs" / run_id
+            try:
+                RunDir(run_dir).logs.mkdir(parents=True, exist_ok=False)
+            except FileExistsError:
+                continue
+            return run_id, run_dir
+        raise HpctrainError(f"could not create a unique run directory under {self.root / 'runs'}")
+
+    def add(self, run: Run) -> None:
+        self._append([_line_of(run)])
+        write_record(run)
+
+    def update_states(self, changes: Iterable[tuple[Run, str, str]]) -> None:
+        """Record new states (run, state, reason) in one append; history keeps every change."""
+        now = time.time()
+        lines: list[Added | Changed] = []
+        changed: list[Run] = []
+        for run, state, reason in changes:
+            if state == run.state and reason == run.reason:
+                continue
+            run.state, run.state_at, run.reason = state, now, reason
+            lines.append(Changed(run_id=run.run_id, state=state, at=now, reason=reason))
+            changed.append(run)
+        self._append(lines)
+        for run in changed:
+            write_record(run)
+
+    # -- reading --------------------------------------------------------------------------------
+
+    def runs(self, limit: int | None = None) -> list[Run]:
+        """Runs newest first; with `limit`, only the archive's last `limit` lines are read."""
+        journal = self._journal()
+        read = (lambda: self._archive_tail(limit)) if limit else (lambda: self._read(self.archive_path))
+        merged = self._archived(journal.archived_changes, read)
+        merged.update(journal.runs)
+        ordered = sorted(merged.values(), key=lambda r: r.submitted_at, reverse=True)
+        return ordered[:limit] if limit else ordered
+
+    def recent(self, since: float | None = None) -> list[Run]:
+        """Runs still active or changed since `since` (default: KEEP_RECENT_S ago), newest first."""
+        now = time.time()
+        since = now - KEEP_RECENT_S if since is None else since
+        if since < now - KEEP_RECENT_S:
+            candidates = self.runs()
+        else:
+            journal = self._journal()
+            touched = {c.run_id for c in journal.archived_changes}
+            found = (
+                self._archived(journal.archived_changes, lambda: self._archive_matching(touched))
+                if touched
+                else {}
+            )
+            candidates = [*journal.runs.values(), *(r for r in found.values() if r.run_id in touched)]
+            candidates.sort(key=lambda r: r.submitted_at, reverse=True)
+        return [r for r in candidates if r.state not in ENDED_STATES or r.state_at >= since]
+
+    def find(self, keys: Iterable[str]) -> tuple[list[Run], list[str]]:
+        """Runs by job id or run id (or a unique run id prefix); returns (found, unknown keys)."""
+        keys = list(keys)
+        journal = self._journal()
+        candidates = self._archived(journal.archived_changes, lambda: self._archive_matching(keys))
+        candidates.update(journal.runs)
+        runs = list(candidates.values())
+        found: list[Run] = []
+        missing: list[str] = []
+        for key in keys:
+            exact = [r for r in runs if key in (r.job_id, r.run_id)]
+            prefix = [r for r in runs if r.run_id.startswith(key)]
+            match = exact[:1] or (prefix if len(prefix) == 1 else [])
+            if match:
+                found.append(match[0])
+            else:
+                missing.append(key)
+        return found, missing
+
+    def history(self, run_id: str) -> History:
+        """Every state of a run in the journal; an archived run keeps only its last."""
+        journal = self._journal()
+        if run_id in journal.history:
+            return journal.history[run_id]
+        run = self._archived(journal.archived_changes, lambda: self._archive_matching([run_id])).get(run_id)
+        return [(run.state, run.state_at, run.reason)] if run else []
+
+    # -- maintenance ----------------------------------------------------------------------------
+
+    def compact(self) -> "CompactReport":
+        """Archive runs that ended over a day ago and set unreadable lines aside (`index compact`)."""
+        with self._locked(exclusive=True) as lock:
+            return self._compact_locked(lock)
+
+    def _compact_locked(self, lock: int) -> "CompactReport":
+        now = time.time()
+        journal = self._read(self.path)
+        archive = self._read(self.archive_path)
+        runs, history, elsewhere = _fold(journal.lines)
+        # Archive lines stay lines: no Run (and no Path) is built for the 100,000 that do not change.
+        archived = {line.run_id: line for line in archive.lines if isinstance(line, Added)}
+        _apply(archived, elsewhere)
+        keep: list[Added | Changed] = []
+        moved = 0
+        for run in runs.values():
+            if run.state in ENDED_STATES and run.state_at < now - KEEP_RECENT_S:
+                archived[run.run_id] = _line_of(run)
+                moved += 1
+                continue
+            first, *later = history[run.run_id]
+            keep.append(
+                _line_of(msgspec.structs.replace(run, state=first[0], state_at=first[1], reason=first[2]))
+            )
+            keep += [Changed(run_id=run.run_id, state=s, at=at, reason=why) for s, at, why in later]
+        rejected = [text for _, text in journal.bad + archive.bad]
+        if rejected:
+            with open(self.rejected_path, "ab") as handle:
+                handle.write(b"".join(text.rstrip(b"\n") + b"\n" for text in rejected))
+        ordered: list[Added | Changed] = sorted(archived.values(), key=lambda r: r.submitted_at)
+        replace_bytes(self.archive_path, encode_lines(ordered), durable=True)
+        journal_data = encode_lines(keep)
+        replace_bytes(self.path, journal_data, durable=True)
+        os.ftruncate(lock, 0)
+        os.pwrite(lock, str(len(journal_data)).encode(), 0)
+        return CompactReport(
+            archived=len(ordered), active=len(runs) - moved, moved=moved, rejected=len(rejected)
+        )
+
+    def check(self) -> "CheckReport":
+        """Unreadable lines, and run directories the index does not know (or knows but lack)."""
+        with self._locked(exclusive=False):
+            journal = self._read(self.path)
+            archive = self._read(self.archive_path)
+        runs, _, elsewhere = _fold(journal.lines)
+        archived = {line.run_id: _run_of(line) for line in archive.lines if isinstance(line, Added)}
+        _apply(archived, elsewhere)
+        archived.update(runs)
+        runs_dir = self.root / "runs"
+        on_disk = {p.name for p in runs_dir.iterdir() if p.is_dir()} if runs_dir.is_dir() else set()
+        return CheckReport(
+            runs=len(archived),
+            journal_bytes=self.path.stat().st_size if self.path.exists() else 0,
+            bad_lines=[(str(self.path), n, t[:80]) for n, t in journal.bad]
+            + [(str(self.archive_path), n, t[:80]) for n, t in archive.bad],
+            unindexed_dirs=sorted(on_disk - archived.keys()),
+            missing_dirs=sorted(r.run_id for r in archived.values() if not r.run_dir.is_dir()),
+        )
+
+
+class CompactReport(msgspec.Struct):
+    archived: int
+    active: int
+    moved: int
+    rejected: int
+
+
+class CheckReport(msgspec.Struct):
+    runs: int
+    journal_bytes: int
+    bad_lines: list[tuple[str, int, bytes]]
+    unindexed_dirs: list[str]
+    missing_dirs: list[str]
+
+
+def _compacted_size(lock: int) -> int:
+    try:
+        return int(os.pread(lock, 32, 0) or b"0")
+    except ValueError:
+        return 0
+
+
+def write_record(run: Run) -> None:
+    """record.json in the run directory: the run's own copy of what the index says."""
+    folder = RunDir(run.run_dir)
+    record = Record(**{**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)})
+    # The restart history as of this state change (attempts.jsonl; absent at submission and for
+    # unsupervised runs, and then its reader is not even imported: submit starts faster).
+    if folder.attempts.exists():
+        from hpctrain.rundir.attempts import run_summary
+
+        record.restarts = run_summary(folder)
+    try:
+        folder.write_record(record)
+    except OSError:
+        pass  # the index is the source of truth; a vanished run dir must not break status

@@ -1,0 +1,294 @@
+"""The watcher: one scheduler query per backend for all tracked jobs, progress read from run directories."""
+
+from __future__ import annotations
+
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import msgspec
+
+from hpctrain.rundir import (
+    EvalLine,
+    EventLine,
+    FailureReport,
+    MemoryLine,
+    MetricLine,
+    RankTimesLine,
+    Result,
+    RunDir,
+    SpecSummary,
+    TrainLine,
+    Unreadable,
+    decode_line,
+    tail_lines,
+)
+from hpctrain.runs.index import ENDED_STATES, Index, Run
+from hpctrain.scheduler import select_backend
+from hpctrain.scheduler.base import JobInfo, JobState, fold_elements
+from hpctrain.scheduler.slurm.facts import MAX_RANGE, FailedTask, srun_task_errors
+
+TERMINAL_NAMES = ENDED_STATES
+# The states whose run shows who failed and why (srun's word, the runtime's failure reports).
+FAILURE_STATES = (
+    JobState.FAILED,
+    JobState.NODE_FAIL,
+    JobState.OUT_OF_MEMORY,
+    JobState.TIMEOUT,
+    JobState.CANCELLED,
+)
+FAILURE_NAMES = frozenset(s.value for s in FAILURE_STATES)
+# A poll loop never asks the controller more often than this: admins of shared clusters care.
+MIN_INTERVAL_S = 5.0
+# Lines read back past the latest train line looking for the latest eval line.
+LOOK_BACK = 16
+# How a per-rank times line starts (msgspec writes the tag first).
+RANKS_LINE = b'{"kind":"ranks"'
+
+
+class Progress(msgspec.Struct, omit_defaults=True):
+    """What the run directory says: the latest line of each kind, the result, failure reports."""
+
+    train: TrainLine | None = None
+    eval: EvalLine | None = None
+    event: EventLine | None = None
+    ranks: RankTimesLine | None = None
+    """The latest per-rank compute/wait times, with the stragglers the runtime flagged."""
+    memory: dict[int, MemoryLine] = {}
+    result: Result | None = None
+    workers: dict[int, TrainLine] = {}
+    failures: list[FailureReport] = []
+    unreadable: list[str] = []
+    """One line per file (or metrics file) that did not decode."""
+
+
+class Element(msgspec.Struct):
+    """One element of a job array: its index, its state, its own run directory's progress."""
+
+    index: int
+    state: str
+    progress: Progress
+    run_dir: str
+
+
+@dataclass
+class RunStatus:
+    run: Run
+    info: JobInfo | None
+    progress: Progress = field(default_factory=Progress)
+    elements: list[Element] = field(default_factory=list)
+
+    @property
+    def state(self) -> str:
+        return self.run.state
+
+
+def spec_summary(run: Run) -> SpecSummary | None:
+    found = RunDir(run.run_dir).read_spec_summary()
+    return found if isinstance(found, SpecSummary) else None
+
+
+def ended(run: Run) -> bool:
+    """Whether the run can no longer change: a terminal state, or preempted with no requeue coming."""
+    if run.state in TERMINAL_NAMES:
+        return True
+    if run.state == JobState.PREEMPTED.value:
+        summary = spec_summary(run)
+        return summary is not None and not summary.requeues
+    return False
+
+
+def refresh(index: Index, runs: list[Run]) -> list[RunStatus]:
+    """Poll every run that has not ended, one query per backend, and record state changes."""
+    pending: dict[str, list[Run]] = defaultdict(list)
+    for run in runs:
+        if run.job_id and not ended(run):
+            pending[run.backend].append(run)
+    infos: dict[str, JobInfo] = {}
+    changes: list[tuple[Run, str, str]] = []
+    for backend_name, group in pending.items():
+        backend = select_backend(backend_name)
+        polled = backend.poll([r.job_id for r in group if r.job_id])
+        for run in group:
+            info = polled.get(str(run.job_id))
+            if info is None:
+                continue
+            if info.state is JobState.UNKNOWN:
+                info = _from_run_dir(run, info)
+            info = _settle_preempted(run, info)
+            infos[run.run_id] = info
+            changes.append((run, info.state.value, info.reason))
+    index.update_states(changes)
+    return [RunStatus(run, infos.get(run.run_id)) for run in runs]
+
+
+def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:
+    """Preempted elements of a job that will not be requeued have ended: fold them as such."""
+    preempted = info.state is JobState.PREEMPTED or JobState.PREEMPTED in info.elements.values()
+    if not preempted:
+        return info
+    summary = spec_summary(run)
+    if summary is None or summary.requeues:
+        return info
+    if info.elements:
+        info.state = fold_elements(info.elements.values(), preempted_ends=True)
+    if info.state is JobState.PREEMPTED and not info.reason:
+        info.reason = "preempted; preemption.requeue is false"
+    return info
+
+
+def _from_run_dir(run: Run, info: JobInfo) -> JobInfo:
+    """Without accounting, a job that left the queue is judged by the exit code its script recorded
+    (an array: each started element by its own, folded)."""
+    root = RunDir(run.run_dir)
+    codes = root.read_exit_codes()
+    if codes and codes[-1].job_id == str(run.job_id):
+        code = codes[-1].code
+        state = JobState.COMPLETED if code == "0" else JobState.FAILED
+        return JobInfo(info.job_id, state, exit_code=code, source="run dir (no accounting)")
+    ends = {str(i): _exit_state(root.element(i)) for i in root.elements()}
+    states = {k: v for k, v in ends.items() if v is not None}
+    if states and len(states) == len(ends):
+        folded = fold_elements(states.values())
+        return JobInfo(info.job_id, folded, source="run dir (no accounting)", elements=states)
+    return info
+
+
+def _exit_state(element: RunDir) -> JobState | None:
+    """An array element's end, from the exit code its batch script appended (its own job id)."""
+    codes = element.read_exit_codes()
+    if not codes:
+        return None
+    return JobState.COMPLETED if codes[-1].code == "0" else JobState.FAILED
+
+
+def read_progress(run_dir: RunDir, brief: bool = False) -> Progress:
+    """Latest training numbers from one run directory; never raises, whatever the files hold.
+
+    With `brief`, a readable result.json is all that is read: it holds what the status table
+    shows of an ended run (a poll over a thousand ended runs opens one file per run).
+    """
+    out = Progress()
+    result = run_dir.read_result()
+    if isinstance(result, Unreadable):
+        out.unreadable.append(str(result))
+    else:
+        out.result = result
+        if brief and result is not None:
+            return out
+    _read_metrics(run_dir, out)
+    for worker, latest in run_dir.read_worker_metrics().items():
+        if isinstance(latest, Unreadable):
+            out.unreadable.append(str(latest))
+        else:
+            out.workers[worker] = latest
+    for report in run_dir.read_failures():
+        if isinstance(report, Unreadable):
+            out.unreadable.append(str(report))
+        else:
+            out.failures.append(report)
+    return out
+
+
+def _read_metrics(run_dir: RunDir, out: Progress) -> None:
+    """The latest train, eval and event lines from the end, memory lines from the head; only the
+    lines needed are decoded (status decodes a few lines per run, not a hundred)."""
+    head, tail = run_dir.metric_lines()
+    lines = head + tail
+    where = str(run_dir.metrics)
+    decoded: dict[int, MetricLine | Unreadable] = {}
+
+    def line(at: int) -> MetricLine | Unreadable:
+        if at not in decoded:
+            decoded[at] = decode_line(lines[at], where)
+        return decoded[at]
+
+    scanned_since_train = 0
+    for at in reversed(range(len(lines))):
+        # An eval line is a few train lines back; a run without eval must not decode every line.
+        if out.train and (out.eval or scanned_since_train >= LOOK_BACK):
+            break
+        if out.ranks is not None and lines[at].startswith(RANKS_LINE):
+            continue  # one per log interval, up to tens of KiB: only the latest is decoded, or counted
+        found = line(at) if lines[at].strip() else None
+        scanned_since_train += out.train is not None
+        if isinstance(found, TrainLine):
+            out.train = out.train or found
+        elif isinstance(found, EvalLine):
+            out.eval = out.eval or found
+        elif isinstance(found, EventLine):
+            out.event = out.event or found
+        elif isinstance(found, RankTimesLine):
+            out.ranks = out.ranks or found
+    # Memory lines come once per rank after the first step, before the first train line.
+    for at in range(len(head)):
+        found = line(at) if lines[at].strip() else None
+        if isinstance(found, MemoryLine):
+            out.memory[found.rank] = found
+        elif isinstance(found, TrainLine | EvalLine):
+            break
+    bad = [x for x in decoded.values() if isinstance(x, Unreadable)]
+    if bad:
+        out.unreadable.append(f"{bad[0].path}: {len(bad)} unreadable line(s), e.g. {bad[0].reason}")
+
+
+def progress(run_dir: Path | RunDir) -> Progress:
+    return read_progress(run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir))
+
+
+def elements(root: RunDir, info: JobInfo | None) -> list[Element]:
+    """Each started array element, with its state from the scheduler or else its recorded exit code."""
+    states = info.elements if info else {}
+    out = []
+    for index in root.elements():
+        element = root.element(index)
+        state = states.get(str(index)) or _exit_state(element)
+        out.append(Element(index, state.value if state else "-", read_progress(element), str(element.root)))
+    return out
+
+
+def observe(index: Index, runs: list[Run], brief: bool = False) -> list[RunStatus]:
+    """One poll: states from the scheduler, progress (and array elements) from the run directories.
+
+    With `brief`, runs that did not fail and have a result are read no further (see read_progress).
+    """
+    statuses = refresh(index, runs)
+    for status in statuses:
+        root = RunDir(status.run.run_dir, snapshot=True)
+        status.progress = read_progress(root, brief and status.state not in FAILURE_NAMES)
+        if status.progress.result is None or not brief:
+            status.elements = elements(root, status.info)
+    return statuses
+
+
+def wait_until_done(
+    runs: list[Run],
+    on_poll: Callable[[list[RunStatus], bool], None] | None = None,
+    interval: float = MIN_INTERVAL_S,
+    index: Index | None = None,
+) -> list[RunStatus]:
+    """Poll until every run has ended; `on_poll(statuses, done)` sees each poll (e.g. to print).
+
+    The first poll comes after one second (short jobs often end within seconds), then the delay
+    doubles up to `interval`, never below MIN_INTERVAL_S.
+    """
+    interval = max(interval, MIN_INTERVAL_S)
+    index = index or Index()
+    delay = 1.0
+    while True:
+        statuses = observe(index, runs)
+        done = all(ended(s.run) for s in statuses)
+        if on_poll is not None:
+            on_poll(statuses, done)
+        if done:
+            return statuses
+        time.sleep(delay)
+        delay = min(interval, delay * 2)
+
+
+def failed_tasks(run_dir: Path | RunDir, max_tasks: int = MAX_RANGE) -> list[FailedTask]:
+    """srun's own word on which tasks died, from the end of the batch log(s)."""
+    run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
+    return srun_task_errors((line for log in run.batch_logs() for line in tail_lines(log, 200)), max_tasks)

@@ -1,0 +1,41 @@
+"""Schedulers behind one interface: the Slurm command line (default), pyslurm, and a local runner."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import TYPE_CHECKING
+
+from hpctrain.errors import BackendError
+
+if TYPE_CHECKING:
+    from hpctrain.scheduler.base import Backend
+
+# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values. Importing it
+# costs nothing (the backends themselves are imported only when selected).
+NAMES = ("auto", "slurm", "pyslurm", "local")
+
+
+def select_backend(name: str | None = None) -> Backend:
+    """`auto` takes pyslurm when it is importable and matches the cluster, else the command line."""
+    name = name or os.environ.get("HPCTRAIN_BACKEND") or "auto"
+    if name == "local":
+        from hpctrain.scheduler.local import LocalBackend
+
+        return LocalBackend()
+    if name == "pyslurm" or (name == "auto" and importlib.util.find_spec("pyslurm") is not None):
+        try:
+            from hpctrain.scheduler.slurm.pyslurm import PyslurmBackend, available
+        except ImportError:
+            usable, why = False, "hpctrain.scheduler.slurm.pyslurm is missing"
+        else:
+            usable, why = available()
+        if usable:
+            return PyslurmBackend()
+        if name == "pyslurm":
+            raise BackendError(f"the pyslurm backend cannot be used here: {why}")
+    if name in ("auto", "slurm", "pyslurm"):
+        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+        return SlurmCliBackend()
+    raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")

@@ -1,0 +1,1 @@
+"""Slurm: the command-line and pyslurm backends, their parsers and node queries."""

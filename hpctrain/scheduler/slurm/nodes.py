@@ -1,0 +1,155 @@
+"""Which nodes of a job are there, from scontrol; and, on the login side, the end of Slurm's requeue
+hold for a requeued run, above all one whose batch host died. Torch-free: the supervisor in the
+allocation uses it too.
+
+When the node running the batch script dies, nobody of the job is left to act: slurmctld marks the
+node DOWN after SlurmdTimeout, requeues the job (NODE_FAIL, --requeue) and holds it PENDING with
+Reason=BeginTime for its requeue delay (AuthInfo cred_expire, 120 s by default). A poll of
+`hpctrain status` that sees exactly this (PENDING, BeginTime, and an attempt in attempts.jsonl that
+started and never ended) adds the attempt's dead nodes to ExcNodeList (restart.exclude_failed_nodes;
+a --nodelist pin to a dead node is dropped, or the job could never start) and sets StartTime=now.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import time
+
+from hpctrain.errors import HpctrainError
+from hpctrain.rundir import RunDir
+from hpctrain.rundir.attempts import History, restart_policy
+from hpctrain.scheduler.slurm.facts import command, expand_hostlist, parse_record, parse_records
+
+# scontrol node states that mean the node is gone (a drained node is alive).
+DEAD_STATES = ("DOWN", "NOT_RESPONDING", "FAIL", "POWER")
+# Seconds a requeued job must have been pending before it may start (see release_requeued).
+SETTLE_S = 5.0
+SLURMD_PORT = 6818
+"""slurmd's port when scontrol names none (SlurmdPort's default)."""
+CONNECT_TIMEOUT_S = 2.0
+"""A node that has not completed a TCP handshake in this long is not there (the kernel answers the
+handshake, so a loaded node answers in milliseconds)."""
+
+
+def quiet(argv: list[str], timeout: float = 30.0) -> str:
+    """A Slurm command's output, or "" when it fails: callers decide on what they could learn."""
+    try:
+        return command(argv, timeout)
+    except HpctrainError:
+        return ""
+
+
+def hostnames(nodelist: str) -> list[str]:
+    if not nodelist or nodelist == "(null)":
+        return []
+    try:
+        return expand_hostlist(nodelist)
+    except HpctrainError:
+        return quiet(["scontrol", "show", "hostnames", nodelist]).split()
+
+
+def job_record(job_ref: str) -> dict[str, str]:
+    return parse_record(quiet(["scontrol", "show", "job", "-o", job_ref]).strip())
+
+
+def node_records(nodes: list[str]) -> dict[str, dict[str, str]]:
+    """scontrol's record of each node (State, NodeAddr, Port, ...); a node it does not know is left out."""
+    if not nodes:
+        return {}
+    return parse_records(quiet(["scontrol", "show", "node", "-o", ",".join(nodes)]), "NodeName")
+
+
+def node_states(nodes: list[str]) -> dict[str, str]:
+    return {name: record.get("State", "") for name, record in node_records(nodes).items()}
+
+
+def slurmd_unreachable(node: str, record: dict[str, str], tries: int = 2) -> bool:
+    """Nothing accepts a connection on the node's slurmd port: its slurmd or the node itself is gone.
+
+    Seconds, where ``srun true`` to a dead slurmd takes until its own timeout and slurmctld calls the
+    node DOWN only after SlurmdTimeout. A connection that is accepted proves less (the kernel accepts
+    for a stuck slurmd): callers then ask slurmd to run a task.
+    """
+    address = record.get("NodeAddr") or node
+    port_text = record.get("Port", "")
+    port = int(port_text) if port_text.isdigit() else SLURMD_PORT
+    for attempt in range(tries):
+        if attempt:
+            time.sleep(0.2)
+        try:
+            with socket.create_connection((address, port), timeout=CONNECT_TIMEOUT_S):
+                return False
+        except OSError:
+            continue
+    return True
+
+
+def answers(node: str, record: dict[str, str], timeout_s: float, job_id: str = "") -> bool:
+    """Does `node` run a task of the job now? A slurmd that refuses or never completes a connection
+    does not, and that is known in seconds; one that accepts is asked to run `true` (srun to a stuck
+    slurmd hangs: the timeout)."""
+    if slurmd_unreachable(node, record):
+        return False
+    argv = ["srun", "--overlap", "--quiet", "--nodes=1", "--ntasks=1", f"--nodelist={node}"]
+    if job_id:
+        argv.append(f"--jobid={job_id}")
+    try:
+        probe = subprocess.run([*argv, "true"], capture_output=True, timeout=timeout_s, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return probe.returncode == 0
+
+
+def is_dead(state: str) -> bool:
+    return any(word in state for word in DEAD_STATES)
+
+
+def down_nodes(nodes: list[str]) -> list[str]:
+    """The nodes scontrol reports as dead (a node it does not know counts as dead)."""
+    states = node_states(nodes)
+    return [node for node in nodes if is_dead(states.get(node, "DOWN"))]
+
+
+def slurm_timestamp(text: str) -> float:
+    """`2026-12-03T04:27:48` (local time) -> epoch seconds; 0 for anything else (Unknown, None)."""
+    try:
+        return time.mktime(time.strptime(text, "%Y-%m-%dT%H:%M:%S"))
+    except ValueError:
+        return 0.0
+
+
+def release_requeued(run: RunDir, job_id: str, state: str, reason: str) -> bool:
+    """Start a requeued run now that Slurm holds for its requeue delay; True when it did.
+
+    Any run with attempts was requeued (a fresh submission has none yet): by hpctrain, whose batch
+    script asked for a start 5 s on but may have ended after that, or by Slurm itself after the
+    batch node died (an attempt started and never ended): then the dead nodes are excluded too.
+    """
+    if state != "PENDING" or "BeginTime" not in reason:
+        return False
+    history = History.read(run)
+    if not history.lines:
+        return False
+    record = job_record(job_id)
+    # Slurm resets SubmitTime at a requeue. A batch script launched within a second of the old one's
+    # end is refused ("already killed": its credential is not newer than the revocation) and the
+    # job FAILS: let the requeue settle first, and never touch a start already near.
+    now = time.time()
+    if now - slurm_timestamp(record.get("SubmitTime", "")) < SETTLE_S:
+        return False
+    if slurm_timestamp(record.get("StartTime", "")) - now < SETTLE_S:
+        return False
+    update = ["scontrol", "update", f"jobid={job_id}", "StartTime=now"]
+    lost = history.open_attempt()
+    if lost is not None and restart_policy(run).exclude_failed_nodes:
+        excluded = hostnames(record.get("ExcNodeList", ""))
+        new = [node for node in down_nodes(lost.nodes) if node not in excluded]
+        if new:
+            update.append("ExcNodeList=" + ",".join(excluded + new))
+            # A job pinned to the dead node (--nodelist) could never start again: the pin goes with it.
+            required = hostnames(record.get("ReqNodeList", ""))
+            if set(required) & set(new):
+                update.append("ReqNodeList=" + ",".join(n for n in required if n not in new))
+    quiet(update)
+    return True

@@ -1,0 +1,361 @@
+"""The pyslurm backend: the Backend interface over Slurm's C API, for clusters whose Slurm matches pyslurm."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal as signals
+import subprocess
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
+
+from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
+from hpctrain.spec import memory_mb, time_minutes
+
+if TYPE_CHECKING:
+    from hpctrain.launch.render import BatchOptions
+
+# pyslurm 23.2 introduced the object API this backend uses (JobSubmitDescription, Jobs.load,
+# Job.cancel, db.Jobs). The 17.11/18.08 releases on PyPI only have the old dict API
+# (pyslurm.job().submit_batch_job), which hpctrain does not drive.
+MIN_PYSLURM = (23, 2)
+
+# `scontrol --version` must not hang the backend selector on a login node whose Slurm is broken.
+VERSION_TIMEOUT_S = 10.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Is pyslurm usable here?
+# ----------------------------------------------------------------------------------------------
+
+
+def major_minor(text: str) -> tuple[int, int] | None:
+    """`slurm 22.05.8` -> (22, 5); `25.11.2` -> (25, 11); pyslurm spells 18.08 as `18.8`."""
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def slurm_release(version: tuple[int, int]) -> str:
+    """Slurm's own spelling of a release: (22, 5) -> `22.05`."""
+    return f"{version[0]}.{version[1]:02d}"
+
+
+def cluster_slurm_version() -> tuple[tuple[int, int] | None, str]:
+    """The installed Slurm's (major, minor), from the client tools, with the text it came from."""
+    for tool in ("scontrol", "sinfo"):
+        if shutil.which(tool) is None:
+            continue
+        try:
+            proc = subprocess.run(
+                [tool, "--version"], capture_output=True, text=True, timeout=VERSION_TIMEOUT_S, check=False
+            )
+        except (OSError, subprocess.TimeoutExpired) as err:
+            return None, f"{tool} --version failed: {err}"
+        version = major_minor(proc.stdout)
+        if version is not None:
+            return version, proc.stdout.strip()
+    return None, "neither scontrol nor sinfo is on PATH"
+
+
+def import_pyslurm() -> tuple[ModuleType | None, str]:
+    """The pyslurm module, or None and why not."""
+    try:
+        import pyslurm
+    except ModuleNotFoundError as err:
+        if err.name == "pyslurm":
+            return None, "pyslurm is not installed"
+        return None, f"pyslurm failed to import: {err}"
+    # A pyslurm built against another libslurm fails to load its extension (ImportError naming
+    # libslurm.so.NN), and its import-time slurm_init() can raise when slurm.conf is unreadable.
+    except Exception as err:
+        return None, f"pyslurm failed to import: {type(err).__name__}: {err}"
+    return pyslurm, ""
+
+
+def pyslurm_version(module: ModuleType) -> str:
+    version = getattr(module, "__version__", None)
+    if version is None and callable(getattr(module, "version", None)):
+        version = module.version()
+    return str(version or "unknown")
+
+
+def available(module: ModuleType | None = None) -> tuple[bool, str]:
+    """Whether pyslurm can drive this cluster: importable, new API, and built for this Slurm release."""
+    if module is None:
+        module, why = import_pyslurm()
+        if module is None:
+            return False, why
+    version = pyslurm_version(module)
+    built_for = major_minor(version)
+    if built_for is None:
+        return False, f"pyslurm reports no usable version ({version!r})"
+    if built_for < MIN_PYSLURM or not hasattr(module, "JobSubmitDescription"):
+        return False, (
+            f"pyslurm {version} has the old pre-23.2 API (pyslurm.job()); hpctrain's pyslurm backend "
+            f"needs pyslurm >= {MIN_PYSLURM[0]}.{MIN_PYSLURM[1]} (JobSubmitDescription, Jobs.load)"
+        )
+    cluster, detail = cluster_slurm_version()
+    if cluster is None:
+        return False, f"cannot tell this cluster's Slurm version: {detail}"
+    if cluster != built_for:
+        # A pyslurm release compiles only against the Slurm headers of the same major release.
+        return False, (
+            f"pyslurm {version} is built for Slurm {slurm_release(built_for)}, this cluster runs "
+            f"{detail}; install a pyslurm {slurm_release(cluster)}.x release or use the command-line backend"
+        )
+    return True, f"pyslurm {version} matches {detail}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Batch options (render.batch_options) -> JobSubmitDescription attributes
+# ----------------------------------------------------------------------------------------------
+# sbatch reads a script's #SBATCH lines itself; slurmctld never does. Render hands the same options
+# to this backend as data, so nothing is parsed back from the script; an option without a
+# translation here is refused, never dropped.
+
+
+@dataclass(frozen=True)
+class Option:
+    attr: str
+    convert: Callable[[str], Any] = str
+    flag: Any = None
+    """Value when the option is given without one (`--exclusive`); None: a value is required."""
+
+
+def _signal(value: str) -> dict[str, Any]:
+    """sbatch's `[{R|B}:]SIG[@TIME]` in pyslurm's dict form (pyslurm wants `SIGUSR1`, not `USR1`)."""
+    flags, _, rest = value.rpartition(":")
+    name, _, lead_time = rest.partition("@")
+    if name.isdigit():
+        number = int(name)
+    else:
+        name = name.upper()
+        name = name if name.startswith("SIG") else f"SIG{name}"
+        try:
+            number = signals.Signals[name].value
+        except KeyError:
+            raise ValueError(f"{value!r}: unknown signal {name}") from None
+    out: dict[str, Any] = {"signal": number, "batch_only": "B" in flags.upper()}
+    if "R" in flags.upper():
+        out["allow_reservation_overlap"] = True
+    if lead_time:
+        out["time"] = int(lead_time)
+    return out
+
+
+def _boolean(value: str) -> bool:
+    return value.lower() in ("yes", "true", "1")
+
+
+OPTIONS: dict[str, Option] = {
+    "job-name": Option("name"),
+    "output": Option("standard_output"),
+    "error": Option("standard_error"),
+    "open-mode": Option("log_files_open_mode"),
+    "time": Option("time_limit", time_minutes),
+    "time-min": Option("time_limit_min", time_minutes),
+    "signal": Option("signal", _signal),
+    "requeue": Option("is_requeueable", _boolean, flag=True),
+    "no-requeue": Option("is_requeueable", _boolean, flag=False),
+    "no-kill": Option("kill_on_node_fail", _boolean, flag=False),
+    "account": Option("account"),
+    "qos": Option("qos"),
+    "array": Option("array"),
+    "dependency": Option("dependencies"),
+    "kill-on-invalid-dep": Option("kill_on_invalid_dependency", _boolean),
+    "partition": Option("partitions"),
+    "nodes": Option("nodes"),
+    "ntasks": Option("ntasks", int),
+    "ntasks-per-node": Option("ntasks_per_node", int),
+    "cpus-per-task": Option("cpus_per_task", int),
+    "gres": Option("gres_per_node"),
+    # --gpus-per-node=N and --gres=gpu:N both become tres_per_node gres/gpu:N.
+    "gpus-per-node": Option("gres_per_node", lambda v: f"gpu:{v}"),
+    "mem": Option("memory_per_node", memory_mb),
+    "mem-per-cpu": Option("memory_per_cpu", memory_mb),
+    "constraint": Option("constraints"),
+    "exclusive": Option("resource_sharing", lambda v: v or "no", flag="no"),
+    "exclude": Option("excluded_nodes"),
+    "nodelist": Option("required_nodes"),
+    "reservation": Option("reservations"),
+    "licenses": Option("licenses"),
+    "begin": Option("begin_time"),
+    "mail-type": Option("mail_types"),
+    "mail-user": Option("mail_user"),
+    "chdir": Option("working_directory"),
+    "comment": Option("comment"),
+}
+
+
+def unsupported_options(batch: BatchOptions) -> list[str]:
+    """What in `batch` this backend cannot submit (empty: all of it translates)."""
+    problems = [f"--{d.option}" for component in batch for d in component if d.option not in OPTIONS]
+    if len(batch) > 1:
+        problems.insert(0, "hetjob (pyslurm submits no heterogeneous jobs)")
+    return problems
+
+
+def apply_options(description: Any, batch: BatchOptions) -> None:
+    """Set a JobSubmitDescription's attributes from the batch options; later ones win, as in sbatch."""
+    problems = unsupported_options(batch)
+    if problems:
+        raise BackendError(
+            "the pyslurm backend cannot translate these batch options: "
+            f"{', '.join(problems)}; submit with the command-line backend (sbatch) instead"
+        )
+    for directive in batch[0]:
+        option = OPTIONS[directive.option]
+        try:
+            value = option.flag if directive.value is None else option.convert(directive.value)
+        except ValueError as err:
+            raise BackendError(f"{directive.text}: {err}") from None
+        setattr(description, option.attr, value)
+
+
+# ----------------------------------------------------------------------------------------------
+# The backend
+# ----------------------------------------------------------------------------------------------
+
+
+def elapsed_text(seconds: int | None) -> str:
+    """Seconds in squeue's spelling (`M:SS`, `H:MM:SS`, `D-HH:MM:SS`), so status tables look alike."""
+    if not seconds:
+        return "0:00"
+    days, rest = divmod(int(seconds), 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, secs = divmod(rest, 60)
+    if days:
+        return f"{days}-{hours:02d}:{minutes:02d}:{secs:02d}"
+    if hours:
+        return f"{hours}:{minutes:02d}:{secs:02d}"
+    return f"{minutes}:{secs:02d}"
+
+
+def _base_id(job: Any) -> str:
+    """Hetjob components and array tasks are reported under the id that submit() returned."""
+    for attr in ("heterogeneous_id", "array_id"):
+        value = getattr(job, attr, None)
+        if value:
+            return str(value)
+    return str(job.id)
+
+
+def _exit_code(job: Any) -> str:
+    code = getattr(job, "exit_code", None)
+    if code is None:
+        return ""
+    return f"{code}:{getattr(job, 'exit_code_signal', None) or 0}"
+
+
+def job_info(job: Any, source: str) -> JobInfo:
+    """A JobInfo from a pyslurm.Job (slurmctld) or pyslurm.db.Job (slurmdbd): their field names differ."""
+    reason = getattr(job, "state_reason", None) or ""
+    nodes = getattr(job, "allocated_nodes", None) or getattr(job, "nodelist", None) or ""
+    seconds = getattr(job, "run_time", None) or getattr(job, "elapsed_time", None)
+    return JobInfo(
+        _base_id(job), slurm_state(job.state), reason="" if reason == "None" else reason,
+        exit_code=_exit_code(job), nodes=nodes, elapsed=elapsed_text(seconds), source=source,
+        extra={"slurm_state": job.state},
+    )  # fmt: skip
+
+
+def collect(jobs: Iterable[Any], wanted: set[str], source: str) -> dict[str, JobInfo]:
+    """The wanted jobs among all loaded ones; components and array tasks merge under their base id."""
+    found: dict[str, JobInfo] = {}
+    for job in jobs:
+        if _base_id(job) in wanted:
+            task = getattr(job, "array_task_id", None)
+            element = f"{job.array_id}_{task}" if getattr(job, "array_id", None) and task is not None else ""
+            merge_component(found, job_info(job, source), element)
+    return found
+
+
+class PyslurmBackend(Backend):
+    """Submit, poll and cancel through pyslurm; one controller RPC per poll, whatever the number of jobs."""
+
+    name = "pyslurm"
+
+    def __init__(self, module: ModuleType | None = None) -> None:
+        if module is None:
+            module, why = import_pyslurm()
+            if module is None:
+                raise BackendError(f"the pyslurm backend is not usable: {why}")
+        self.pyslurm = module
+        # RPCs made, by name: how the contract tests check that poll() costs one query.
+        self.rpc_calls: Counter[str] = Counter()
+
+    def _rpc(self, what: str, call: Callable[[], Any]) -> Any:
+        """Count an RPC and turn pyslurm's errors into one-line BackendErrors."""
+        self.rpc_calls[what] += 1
+        try:
+            return call()
+        except (ValueError, TypeError) as err:  # pyslurm validates descriptions before sending them
+            raise BackendError(f"{what}: {err}") from None
+        except Exception as err:
+            if isinstance(err, getattr(self.pyslurm, "PyslurmError", ())):
+                raise BackendError(f"{what} failed: {err}") from None
+            raise
+
+    def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
+        if batch is None:
+            raise BackendError(
+                f"the pyslurm backend submits scripts rendered by hpctrain (with their options as data), "
+                f"not {script}; submit it with the command-line backend (sbatch)"
+            )
+        # Passing the path (not the text) makes pyslurm read the file itself and send it as the batch
+        # script; working_directory stays unset unless --chdir says, so pyslurm uses the current
+        # directory, as sbatch does.
+        description = self.pyslurm.JobSubmitDescription(script=str(script))
+        apply_options(description, batch)
+        job_id = self._rpc("submit", description.submit)
+        return str(job_id)
+
+    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+        wanted = {str(j) for j in job_ids}
+        if not wanted:
+            return {}
+        # One slurm_load_jobs RPC for every job the controller still holds, filtered here.
+        found = collect(self._rpc("load_jobs", self.pyslurm.Jobs.load).values(), wanted, "pyslurm")
+        missing = wanted - found.keys()
+        if missing:
+            found.update(self._from_database(missing))
+        for job_id in wanted - found.keys():
+            found[job_id] = JobInfo(
+                job_id,
+                JobState.UNKNOWN,
+                reason="not known to slurmctld; no accounting record",
+                source="pyslurm",
+            )
+        return found
+
+    def _from_database(self, missing: set[str]) -> dict[str, JobInfo]:
+        """Jobs that slurmctld has purged (MinJobAge), from slurmdbd in one query; none without accounting."""
+        ids = [int(j) for j in missing if j.isdigit()]
+        if not ids:
+            return {}
+        db = self.pyslurm.db
+        try:
+            jobs = self._rpc("db_load_jobs", lambda: db.Jobs.load(db.JobFilter(ids=ids)))
+        except BackendError:
+            return {}
+        # db.Jobs is a list in some pyslurm releases and a cluster-keyed map in others.
+        return collect(jobs.values() if hasattr(jobs, "values") else jobs, missing, "pyslurm-db")
+
+    def cancel(self, job_ids: Iterable[str]) -> None:
+        # pyslurm has no batch cancel: one slurm_kill_job RPC per job, as scancel sends.
+        for job_id in job_ids:
+            if not str(job_id).isdigit():
+                raise BackendError(f"cancel: {job_id!r} is not a Slurm job id")
+            job = self.pyslurm.Job(int(job_id))
+            self._rpc("cancel", job.cancel)
+
+    def test_only(self, script: Path) -> str:
+        # pyslurm wraps no slurm_job_will_run.
+        raise BackendError(
+            "pyslurm has no test-only submission (no slurm_job_will_run binding); "
+            "use the command-line backend for --test-only"
+        )

@@ -1,0 +1,1 @@
+"""Site profiles: lookup, building one from a live cluster, doctor (login side)."""

@@ -1,0 +1,300 @@
+"""Doctor's checks: a site profile against the live cluster, then a preflight job over its nodes.
+
+Every check gives a Finding (scope = `cluster`, a partition or a node; PASS/WARN/FAIL; detail).
+The preflight job is hpctrain.runtime.preflight run with one task per healthy node.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpctrain import __version__
+from hpctrain.errors import HpctrainError
+from hpctrain.launch.render import shell_quote
+from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
+from hpctrain.scheduler.slurm.facts import ClusterFacts, is_number, memory_text_mb, parse_gres, slurm_time
+from hpctrain.spec import Site
+from hpctrain.spec.slurm_values import memory_mb, time_minutes
+
+BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
+
+
+@dataclass
+class Finding:
+    scope: str
+    check: str
+    status: str  # PASS, WARN or FAIL
+    detail: str
+
+
+def node_findings(site: Site, facts: ClusterFacts) -> list[Finding]:
+    """Partitions, limits and GRES of the profile against scontrol's view; node states."""
+    found: list[Finding] = []
+    seen: set[str] = set()
+    for name, part in site.partitions.items():
+        if name not in facts.partitions:
+            found.append(
+                Finding(
+                    name,
+                    "partition",
+                    "FAIL",
+                    f"not a partition of the cluster ({', '.join(facts.partitions)})",
+                )
+            )
+            continue
+        nodes = facts.partition_nodes(name)
+        status = "PASS" if part.nodes <= len(nodes) else "FAIL"
+        found.append(Finding(name, "nodes", status, f"profile {part.nodes}, cluster {len(nodes)}"))
+        limit = slurm_time(facts.partitions[name].get("MaxTime", ""))
+        too_long = limit is not None and time_minutes(part.max_time) > time_minutes(limit)
+        found.append(
+            Finding(
+                name,
+                "max_time",
+                "FAIL" if too_long else "PASS",
+                f"profile {part.max_time}, cluster {limit or 'UNLIMITED'}",
+            )
+        )
+        for node in nodes:
+            found += _one_node(site, name, node, facts.nodes.get(node, {}), node not in seen)
+            seen.add(node)
+    return found
+
+
+def _one_node(site: Site, partition: str, node: str, record: dict[str, str], state: bool) -> list[Finding]:
+    part = site.partitions[partition]
+    if not record:
+        return [Finding(node, "state", "FAIL", "scontrol does not know this node")]
+    found = [node_state(node, record)] if state else []
+    gpus, kind = parse_gres(record.get("Gres", ""), site.gres_name)
+    short = part.gpus_per_node > gpus or (part.gpu_type and part.gpu_type != kind and part.gpus_per_node)
+    found.append(
+        Finding(
+            node,
+            f"gpus ({partition})",
+            "FAIL" if short else "PASS",
+            f"profile {part.gpus_per_node} {part.gpu_type + ' ' if part.gpu_type else ''}GPUs, "
+            f"node Gres={record.get('Gres', '')}",
+        )
+    )
+    cpus = int(record.get("CPUTot", "0")) if is_number(record.get("CPUTot", "")) else 0
+    found.append(
+        Finding(
+            node,
+            f"cpus ({partition})",
+            "FAIL" if part.cpus_per_node > cpus else "PASS",
+            f"profile {part.cpus_per_node}, node {cpus}",
+        )
+    )
+    mem = memory_text_mb(record.get("RealMemory", "0") or "0")
+    found.append(
+        Finding(
+            node,
+            f"mem ({partition})",
+            "FAIL" if memory_mb(part.mem_per_node) > mem else "PASS",
+            f"profile {part.mem_per_node}, node {mem}M",
+        )
+    )
+    return found
+
+
+def node_state(node: str, record: dict[str, str]) -> Finding:
+    state = record.get("State", "?")
+    bad = [s for s in BAD_STATES if s in state.upper()] or (["NOT_RESPONDING"] if state.endswith("*") else [])
+    return Finding(node, "state", "FAIL" if bad else "PASS", f"{state} {record.get('Reason', '')}".strip())
+
+
+def accounting_findings(facts: ClusterFacts) -> list[Finding]:
+    proc = subprocess.run(
+        ["sacct", "-n", "-X", "-P", "-S", "now-1hours", "--format=JobID"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    found = [
+        Finding(
+            "cluster",
+            "sacct",
+            "PASS" if proc.returncode == 0 else "WARN",
+            "works"
+            if proc.returncode == 0
+            else f"no accounting: {(proc.stderr or proc.stdout).strip()[:80]}",
+        )
+    ]
+    if facts.accounting:
+        found.append(
+            Finding(
+                "cluster",
+                "accounts",
+                "PASS" if facts.accounts else "WARN",
+                f"accounts {', '.join(facts.accounts) or 'none'}; QOS {', '.join(facts.qos) or 'none'}",
+            )
+        )
+    return found
+
+
+def preflight_script(
+    site: Site, partition: str, nodes: list[str], gpus: int, folder: Path, tolerance: float
+) -> str:
+    lines = [
+        "#!/bin/bash",
+        "#SBATCH --job-name=hpctrain-doctor",
+        f"#SBATCH --output={RunDir(folder).batch_log}",
+        f"#SBATCH --partition={partition}",
+        f"#SBATCH --nodes={len(nodes)}",
+        f"#SBATCH --nodelist={','.join(nodes)}",
+        "#SBATCH --ntasks-per-node=1",
+        "#SBATCH --time=5",
+    ]
+    if gpus:
+        # What the nodes have, even when the profile claims more: the job must run to check them.
+        lines.append(f"#SBATCH --gres={site.gres_name}:{gpus}")
+    env = dict(site.env)
+    if site.network.gloo_socket_ifname:
+        env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
+    lines += ["set -euo pipefail", *site.setup]
+    lines += [f"export {key}={shell_quote(value)}" for key, value in env.items()]
+    lines += [
+        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
+        "export MASTER_ADDR",
+        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        f"export HPCTRAIN_RUN_DIR={shell_quote(folder)}",
+        f"srun --output={shell_quote(str(RunDir(folder).logs / SLURM_PREFLIGHT_LOG))} "
+        f"{shell_quote(site.python or sys.executable)} -m hpctrain.runtime.preflight --tolerance {tolerance}",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def run_preflight(
+    site: Site,
+    facts: ClusterFacts,
+    partition: str,
+    nodes: list[str],
+    folder: Path,
+    tolerance: float,
+    timeout: float,
+) -> PreflightReport | str:
+    """Submit the preflight job and wait for it: its preflight.json, or why there is none (one line)."""
+    if not nodes:
+        return "no node to run the preflight job on"
+    run = RunDir(folder)
+    run.logs.mkdir(parents=True, exist_ok=True)
+    script = run.script
+    part_gpus = site.partitions[partition].gpus_per_node
+    gpus = min([part_gpus, *(parse_gres(facts.nodes[n].get("Gres", ""), site.gres_name)[0] for n in nodes)])
+    script.write_text(preflight_script(site, partition, nodes, gpus, folder, tolerance))
+    proc = subprocess.run(
+        ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    if proc.returncode != 0:
+        raise HpctrainError(f"sbatch refused the doctor's preflight job: {proc.stderr.strip()}")
+    job_id = proc.stdout.strip().split(";")[0]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        state = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, check=False
+        ).stdout.strip()
+        if not state:
+            break
+        time.sleep(1)
+    else:
+        subprocess.run(["scancel", job_id], check=False)
+        return f"preflight job {job_id} did not finish within {timeout:.0f} s"
+    report = run.read_preflight()
+    if report is None:
+        return f"preflight job {job_id} ended without a report (its log: {run.batch_log})"
+    return str(report) if isinstance(report, Unreadable) else report
+
+
+def preflight_findings(site: Site, report: PreflightReport | str, nodes: list[str]) -> list[Finding]:
+    if isinstance(report, str):
+        return [Finding(n, "preflight", "FAIL", report) for n in nodes]
+    found: list[Finding] = []
+    login = sys.version.split()[0]
+    for fact in report.facts:
+        node = fact.node
+        same = fact.python == login and fact.hpctrain == __version__
+        found.append(
+            Finding(
+                node,
+                "versions",
+                "PASS" if same else "FAIL",
+                f"python {fact.python} hpctrain {fact.hpctrain} (login: {login}, {__version__})",
+            )
+        )
+        gpu_status = (
+            "FAIL"
+            if any("GPUs allocated" in p for p in fact.problems)
+            else "WARN"
+            if fact.warnings
+            else "PASS"
+        )
+        found.append(
+            Finding(
+                node,
+                "gpus visible",
+                gpu_status,
+                f"{fact.gpus_seen}/{fact.gpus_asked} via {fact.gpu_source}",
+            )
+        )
+        health = [p for p in fact.problems if p.startswith(("GPU ", "nvidia-smi"))]
+        checked = "no ECC/clock problem" if fact.gpu_source == "torch.cuda" else "not checked (no CUDA)"
+        found.append(Finding(node, "gpu health", "FAIL" if health else "PASS", "; ".join(health) or checked))
+        ib = [p for p in fact.problems if p.startswith("IB")]
+        found.append(
+            Finding(
+                node,
+                "ib ports",
+                "FAIL" if ib else "PASS",
+                "; ".join(ib) or ", ".join(fact.ib_ports) or "no IB devices",
+            )
+        )
+        verdict = report.nodes.get(node)
+        slow = [p for p in verdict.problems if "all-reduce" in p] if verdict else []
+        found.append(
+            Finding(
+                node,
+                "node all-reduce",
+                "FAIL" if slow else "PASS",
+                slow[0] if slow else f"{fact.node_busbw_gbps:.3f} GB/s",
+            )
+        )
+    expected = site.network.expected_busbw_gbps
+    measured = report.busbw_gbps
+    if expected is None:
+        found.append(
+            Finding(
+                "cluster",
+                "all-reduce",
+                "PASS",
+                f"{measured:.3f} GB/s over {report.ranks} ranks (site sets no expected_busbw_gbps)",
+            )
+        )
+    else:
+        low = measured < 0.5 * expected
+        found.append(
+            Finding(
+                "cluster",
+                "all-reduce",
+                "FAIL" if low else "PASS",
+                f"{measured:.3f} GB/s, site expects {expected} GB/s",
+            )
+        )
+    return found
+
+
+def healthy_nodes(findings: list[Finding], nodes: list[str]) -> list[str]:
+    broken = {f.scope for f in findings if f.check == "state" and f.status == "FAIL"}
+    return [n for n in nodes if n not in broken]
+
+
+def doctor_home() -> Path:
+    from hpctrain.runs.index import home
+
+    return home() / "doctor" / time.strftime("%Y%m%d-%H%M%S") / str(os.getpid())

@@ -1,0 +1,378 @@
+"""The batch script's supervisor: classify how a training step ended and decide what comes next.
+
+``python -m hpctrain.supervisor.supervise begin`` (once, at the start of an allocation) and
+``... end STATUS`` (after each srun step) print one line the batch script reads::
+
+    ACTION CODE ATTEMPT NNODES NODES EXCLUDE
+
+ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES), ``requeue``
+(requeuehold the job with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists
+print as ``-``. Every attempt gets an ``AttemptLine`` start before its step and an end after it in
+attempts.jsonl; an attempt that started and never ended lost its allocation (Slurm requeued the job
+after its batch host died) and is recorded as a node failure by the next ``begin``.
+
+Torch-free and quick (it runs between steps, inside the allocation); it never imports the CLI. The
+decision itself is :func:`decide`, a pure function of the history and what the step left behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpctrain.rundir import (
+    AttemptLine,
+    FailureReport,
+    HangReport,
+    PreflightReport,
+    Result,
+    RunDir,
+    TrainLine,
+    read_json,
+    tail_lines,
+)
+from hpctrain.rundir import attempts as outcomes
+from hpctrain.rundir.attempts import History, signature
+from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
+from hpctrain.scheduler.slurm.nodes import answers, down_nodes, hostnames, is_dead, job_record, node_records
+from hpctrain.spec.job import Restart
+
+# A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
+PROBE_TIMEOUT_S = 20.0
+# srun's words for a task that a signal from outside ended (kill -9, the OOM killer, a crash in C).
+# Its teardown of the other tasks after the first one failed says "Terminated" (SIGTERM).
+KILLED_FROM_OUTSIDE = ("Killed", "Segmentation fault", "Aborted", "Bus error")
+# Errors a rank raises because a peer went away: the peer is to blame, not the rank that reports.
+PEER_LOST = (
+    "Connection reset by peer",
+    "Connection closed by peer",
+    "Broken pipe",
+    "Connection refused",
+    "remote process exited",
+    "NCCL communicator was aborted",
+)
+
+
+# ------------------------------------------------------------------------------------------------
+# What a step left behind, and the decision (pure)
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepEnd:
+    """What the batch script and the run directory say about the step that just ended."""
+
+    status: int
+    completed: bool = False
+    requeue_requested: bool = False
+    preflight_bad: list[str] = field(default_factory=list)
+    preflight_requeue: bool = False
+    preflight_reason: str = ""
+    hang: HangReport | None = None
+    failures: list[FailureReport] = field(default_factory=list)
+    killed: list[FailedTask] = field(default_factory=list)
+    """Tasks of this step that srun says a signal from outside ended."""
+    lost_nodes: list[str] = field(default_factory=list)
+    latest_step: int | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str  # launch | requeue | done | fail
+    code: int = 0
+    nodes: tuple[str, ...] = ()
+    exclude: tuple[str, ...] = ()
+
+    def line(self, attempt: int) -> str:
+        def words(items: tuple[str, ...]) -> str:
+            return ",".join(items) or "-"
+
+        return (
+            f"{self.action} {self.code} {attempt} {len(self.nodes)} {words(self.nodes)} {words(self.exclude)}"
+        )
+
+
+def end_line(start: AttemptLine, outcome: str, reason: str = "", **fields: object) -> AttemptLine:
+    """The end line of the attempt that `start` opened."""
+    return AttemptLine(
+        attempt=start.attempt,
+        event="end",
+        time=round(time.time(), 3),
+        job_id=start.job_id,
+        nodes=start.nodes,
+        world_size=start.world_size,
+        outcome=outcome,
+        reason=reason,
+        **fields,  # type: ignore[arg-type]
+    )
+
+
+def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLine:
+    """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached."""
+
+    def ended(outcome: str, reason: str = "", **fields: object) -> AttemptLine:
+        return end_line(attempt, outcome, reason, **fields)
+
+    step = end.latest_step
+    if end.requeue_requested:
+        return ended(outcomes.PREEMPTED, "checkpointed at the preemption signal", step=step)
+    if end.status == 0:
+        return ended(outcomes.COMPLETED, "" if end.completed else "step exited 0", step=step)
+    if end.preflight_bad:
+        if end.preflight_requeue:
+            reason = f"preflight failed on {','.join(end.preflight_bad)}"
+            return ended(outcomes.PREFLIGHT, reason, failed_nodes=end.preflight_bad)
+        return ended(outcomes.FAILED, f"preflight: {end.preflight_reason or 'bad nodes'}", failed_nodes=[])
+    if end.hang is not None:
+        hung = sorted({rank.node for rank in end.hang.hung if rank.node})
+        return ended(outcomes.HANG, end.hang.summary, failed_nodes=hung, step=end.hang.step)
+    if end.lost_nodes:
+        reason = f"{','.join(end.lost_nodes)} stopped answering"
+        return ended(outcomes.NODE_FAILURE, reason, failed_nodes=end.lost_nodes, step=step)
+    reported = {f.rank for f in end.failures}
+    silent = [task for task in end.killed if not task.rank.isdigit() or int(task.rank) not in reported]
+    raised = [f for f in end.failures if not any(words in f.error for words in PEER_LOST)]
+    if silent and not raised:
+        # kill -9 and the OOM killer leave no report; the ranks that do report only lost their peer.
+        ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
+        peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
+        reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
+        return ended(outcomes.RANK_FAILURE, reason, step=step)
+    if end.failures:
+        first = min(raised or end.failures, key=lambda f: (f.time or 0.0, f.rank))
+        where = first.step if first.step is not None else step
+        if signature(where, first.error) in history.failure_signatures():
+            reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
+            return ended(outcomes.FAILED, reason, step=where, error=first.error[:500])
+        reason = f"rank {first.rank} on {first.hostname or '?'}: {first.error[:200]}"
+        return ended(outcomes.RANK_FAILURE, reason, step=where, error=first.error[:500])
+    return ended(outcomes.RANK_FAILURE, f"step exited with code {end.status}", step=step)
+
+
+def decide(
+    history: History,
+    last: AttemptLine | None,
+    policy: Restart,
+    allocation: list[str],
+    planned: int,
+    status: int = 1,
+) -> Decision:
+    """What comes after `last` (already in `history`; None: the allocation's first attempt).
+
+    `allocation` holds the nodes of the allocation that answer, `planned` the nodes the job asked
+    for, `status` the step's exit status (the job's, when it fails).
+    """
+    code = status or 1
+    if last is not None:
+        if last.outcome == outcomes.COMPLETED:
+            return Decision("done")
+        if last.outcome == outcomes.FAILED:
+            return Decision("fail", code)
+        fault = last.outcome in outcomes.FAULTS
+        if fault and (last.outcome not in policy.on or len(history.restarts()) > policy.max):
+            return Decision("fail", code)
+    excluded = history.excluded(policy.exclude_failed_nodes)
+    lost = set(last.failed_nodes) if last is not None and last.outcome == outcomes.NODE_FAILURE else set()
+    usable = [node for node in allocation if node not in excluded and node not in lost]
+    if last is not None and last.outcome in (outcomes.PREEMPTED, outcomes.PREFLIGHT):
+        return Decision("requeue", 0, exclude=tuple(excluded))
+    if len(usable) >= planned:
+        return Decision("launch", nodes=tuple(usable[:planned]))
+    if policy.shrink and usable and len(usable) >= (policy.min_nodes or 1):
+        return Decision("launch", nodes=tuple(usable))
+    return Decision("requeue", 0, exclude=tuple(excluded))
+
+
+# ------------------------------------------------------------------------------------------------
+# Slurm and the run directory (impure)
+# ------------------------------------------------------------------------------------------------
+
+
+def allocation_nodes(job_ref: str) -> list[str]:
+    """The job's nodes now (with --no-kill Slurm drops a lost node from the allocation)."""
+    nodes = hostnames(job_record(job_ref).get("NodeList", ""))
+    return nodes or hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+
+
+def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
+    """Nodes of the attempt that are gone: out of the allocation, marked dead, or not answering."""
+    records = node_records(nodes)
+    gone = [n for n in nodes if n not in allocation or is_dead(records.get(n, {}).get("State", ""))]
+    rest = [n for n in nodes if n not in gone]
+    with ThreadPoolExecutor(max_workers=min(16, len(rest) or 1)) as pool:
+        replies = pool.map(lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S), rest)
+        silent = [n for n, ok in zip(rest, replies, strict=True) if not ok]
+    return sorted(gone + silent)
+
+
+def latest_step(run: RunDir) -> int | None:
+    steps = [line.step for line in run.read_metrics(head=0, tail=40) if isinstance(line, TrainLine)]
+    return max(steps, default=None)
+
+
+def attempt_task_errors(run: RunDir, attempt: int) -> list[FailedTask]:
+    """srun's error lines about the tasks of `attempt`: those after its line in the batch log."""
+    marker = f"hpctrain: attempt {attempt} on "
+    for log in run.batch_logs():
+        lines = tail_lines(log, 400)
+        starts = [i for i, line in enumerate(lines) if line.startswith(marker)]
+        if starts:
+            return srun_task_errors(lines[starts[-1] + 1 :])
+    return []
+
+
+# A file written within this much before an attempt's start line still counts as the attempt's:
+# the start line is timed on the batch node, the files may be written by other nodes.
+CLOCK_SLACK_S = 1.0
+
+
+def this_attempt(report: object, start: AttemptLine) -> bool:
+    """A report written during the attempt (older ones are a previous attempt's, not yet moved)."""
+    when = getattr(report, "time", None)
+    return when is None or when >= start.time - CLOCK_SLACK_S
+
+
+def written_during(path: Path, start: AttemptLine) -> bool:
+    """A file last written during the attempt (as `this_attempt`, by its modification time)."""
+    try:
+        return path.stat().st_mtime >= start.time - CLOCK_SLACK_S
+    except OSError:
+        return False
+
+
+def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str]) -> StepEnd:
+    result = run.read_result()
+    end = StepEnd(
+        status=status,
+        completed=isinstance(result, Result) and result.status == "completed" and result.step >= result.steps,
+        requeue_requested=run.requeue_request.exists(),
+        latest_step=latest_step(run),
+    )
+    if status == 0 or end.requeue_requested:
+        return end
+    # A stale report (an earlier attempt's) is not read at all: it can be megabytes.
+    preflight = run.read_preflight() if written_during(run.preflight_report, start) else None
+    if isinstance(preflight, PreflightReport) and preflight.bad_nodes:
+        end.preflight_bad = preflight.bad_nodes
+        end.preflight_requeue = preflight.requeue
+        end.preflight_reason = preflight.no_requeue_because or ""
+        return end
+    hang = read_json(run.hang_report, HangReport)
+    if isinstance(hang, HangReport) and this_attempt(hang, start):
+        end.hang = hang
+    reports = [f for f in run.read_failures() if isinstance(f, FailureReport)]
+    end.failures = [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
+    end.killed = [t for t in attempt_task_errors(run, start.attempt) if t.error in KILLED_FROM_OUTSIDE]
+    end.lost_nodes = lost_nodes(start.nodes, allocation)
+    return end
+
+
+def set_aside_failures(run: RunDir, attempt: int) -> None:
+    """failures/*.json of an attempt that is retried go to failures/attempt-N/: status and the
+    next attempt see a clean failures/ (the last attempt's, when the job fails, stay in place)."""
+    if not run.failures.is_dir():
+        return
+    names = [p for p in run.failures.iterdir() if p.suffix == ".json" and p.is_file()]
+    if not names:
+        return
+    folder = run.failed_attempt(attempt)
+    folder.mkdir(exist_ok=True)
+    for path in names:
+        path.replace(folder / path.name)
+
+
+def start_line(attempt: int, job_id: str, nodes: tuple[str, ...], tasks_per_node: int) -> AttemptLine:
+    return AttemptLine(
+        attempt=attempt,
+        event="start",
+        time=round(time.time(), 3),
+        job_id=job_id,
+        nodes=list(nodes),
+        world_size=len(nodes) * tasks_per_node,
+    )
+
+
+# ------------------------------------------------------------------------------------------------
+# The two calls of the batch script
+# ------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Job:
+    run: RunDir
+    job_ref: str
+    policy: Restart
+    planned: int
+    tasks_per_node: int
+
+    @classmethod
+    def from_env(cls) -> Job:
+        from hpctrain import spec
+
+        run = RunDir(Path(os.environ["HPCTRAIN_RUN_DIR"]))
+        resolved = spec.loads(run.spec.read_bytes())
+        job = resolved.job
+        tasks = 1 if job.launcher == "torchrun" else job.resources.ntasks_per_node
+        ref = os.environ.get("HPCTRAIN_JOB_REF") or os.environ.get("SLURM_JOB_ID", "")
+        return cls(run, ref, job.restart, job.resources.nodes, tasks)
+
+    def act(self, history: History, last: AttemptLine | None, status: int = 1) -> str:
+        """Decide, record the next start when launching, and return the batch script's line."""
+        allocation = allocation_nodes(self.job_ref)
+        if last is not None and last.outcome == outcomes.NODE_FAILURE:
+            allocation = [n for n in allocation if n not in last.failed_nodes]
+        decision = decide(history, last, self.policy, allocation, self.planned, status)
+        if last is not None:
+            why = f" ({last.reason})" if last.reason else ""
+            print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr)
+        if decision.action in ("requeue", "fail") and last is not None and last.outcome != outcomes.COMPLETED:
+            used = len(history.restarts())
+            print(f"hpctrain: {decision.action}, restarts used: {used} of {self.policy.max}", file=sys.stderr)
+        if last is not None and decision.action in ("launch", "requeue"):
+            set_aside_failures(self.run, last.attempt)
+        attempt = history.next_attempt()
+        if decision.action == "launch":
+            history.append(self.run, start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node))
+        return decision.line(attempt)
+
+    def begin(self) -> str:
+        """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
+        history = History.read(self.run)
+        lost = history.open_attempt()
+        last = None
+        if lost is not None:
+            down = sorted(down_nodes(lost.nodes))
+            reason = "allocation lost, Slurm requeued the job"
+            reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
+            last = end_line(
+                lost, outcomes.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run)
+            )
+            history.append(self.run, last)
+        return self.act(history, last)
+
+    def end(self, status: int) -> str:
+        history = History.read(self.run)
+        start = history.open_attempt()
+        if start is None:  # no attempt recorded (a hand-edited file): end as the step did
+            return Decision("done" if status == 0 else "fail", status).line(history.next_attempt())
+        allocation = allocation_nodes(self.job_ref)
+        line = classify(observe(self.run, status, start, allocation), start, history)
+        history.append(self.run, line)
+        return self.act(history, line, status)
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] not in ("begin", "end") or (argv[0] == "end" and len(argv) != 2):
+        print("usage: python -m hpctrain.supervisor.supervise begin | end STATUS", file=sys.stderr)
+        return 2
+    job = Job.from_env()
+    print(job.begin() if argv[0] == "begin" else job.end(int(argv[1])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

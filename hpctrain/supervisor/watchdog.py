@@ -1,0 +1,380 @@
+"""``python -m hpctrain.supervisor.watchdog --step-pid PID``: find the hung rank, name it, end the step.
+
+Started by the batch script beside each training step (torch-free, so it starts in a moment and
+never competes with the ranks for a GPU). Every poll it reads this attempt's node heartbeats
+(``heartbeats/node-*.json``, written by one rank per node, see ``runtime/heartbeat.py``) and:
+
+* declares a hang when a rank's step has not advanced for its allowance (``runtime/hang_rule.py``);
+  then it collects every rank's Python stacks into ``failures/stacks/`` (py-spy and faulthandler,
+  on each node; other nodes through ``srun --overlap``), names the rank(s) that did not advance in
+  ``failures/hang.json``, ends the step and exits 0;
+* ends the step early when ranks are gone (a failure report of this attempt, or a node whose file
+  went silent and that does not answer) and the step has not ended by itself: a lost node then
+  costs seconds, not Slurm's SlurmdTimeout.
+
+It exits when the step's process (``--step-pid``, the srun) has ended.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, write_json
+from hpctrain.runtime import heartbeat
+from hpctrain.scheduler.slurm.nodes import answers as node_answers
+from hpctrain.scheduler.slurm.nodes import node_records
+from hpctrain.spec.job import Watchdog
+from hpctrain.supervisor import hang_rule, stacks
+from hpctrain.supervisor.hang_rule import Seen
+
+GONE_GRACE_S = 2.0
+"""Ranks are gone: give the step this long to end by itself (srun's own kill-on-bad-exit)."""
+GONE_END_WAIT_S = 3.0
+"""After scancel of a step whose ranks are gone: srun waits for a lost node's tasks for good, so
+it is killed soon (the live nodes' tasks end within a second of the scancel)."""
+TICK_S = 0.5
+"""How often the step's end and new failure reports are looked for (a readdir of failures/)."""
+SRUN_TIMEOUT_S = 45.0
+PROBE_TIMEOUT_S = 15.0
+REPROBE_S = 30.0
+END_WAIT_S = 15.0
+MAX_STEP_SAMPLES = 1024
+SHOWN_RANKS = 4
+
+
+def say(message: str) -> None:
+    """One line into the batch log (the watchdog's stdout)."""
+    print(f"hpctrain watchdog: {message}", flush=True)
+
+
+@dataclass
+class Context:
+    run: RunDir
+    settings: Watchdog
+    attempt: int
+    job_id: str
+    node: str
+    signum: signal.Signals
+    started: float = field(default_factory=time.time)
+
+
+# ----------------------------------------------------------------------------------------------
+# Diagnosis (pure)
+# ----------------------------------------------------------------------------------------------
+
+
+def diagnose(ranks: list[Seen], waits: dict[int, str]) -> tuple[list[Seen], list[Seen]]:
+    """(hung, waiting): the ranks that did not advance, and the others.
+
+    A rank that stopped ticking (STOPped, frozen) is hung; else the ranks behind the others' step;
+    else, at one step, the ranks that are not waiting in a collective while others are. When
+    nothing tells them apart (a deadlock inside a collective), every rank is named.
+    """
+    silent = [r for r in ranks if not r.responsive]
+    if silent:
+        hung = silent
+    else:
+        lowest = min((r.step for r in ranks), default=0)
+        hung = [r for r in ranks if r.step == lowest]
+        if len(hung) == len(ranks):
+            running = [r for r in ranks if not waits.get(r.rank) and r.phase != "collective"]
+            hung = running if 0 < len(running) < len(ranks) else ranks
+    named = {r.rank for r in hung}
+    return hung, [r for r in ranks if r.rank not in named]
+
+
+def _rank_text(seen: Seen) -> str:
+    detail = f"phase {seen.phase}"
+    if not seen.responsive:
+        detail += f"; not responding for {seen.silent_s:.0f} s"
+    return f"rank {seen.rank} on {seen.node} at step {seen.step} ({detail})"
+
+
+def _wait_text(seen: Seen, waits: dict[int, str]) -> str:
+    if waits.get(seen.rank):
+        return waits[seen.rank]
+    return "a collective" if seen.phase == "collective" else f"phase {seen.phase}"
+
+
+def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str:
+    """ "rank 2 on node2 at step 130 (phase backward), other ranks waiting in all-reduce"."""
+    text = ", ".join(_rank_text(r) for r in hung[:SHOWN_RANKS])
+    if len(hung) > SHOWN_RANKS:
+        text += f" and {len(hung) - SHOWN_RANKS} more ranks"
+    if not waiting:
+        return text + ("" if len(hung) == 1 else "; no rank is ahead of the others")
+    places: dict[str, list[int]] = {}
+    for seen in waiting:
+        places.setdefault(_wait_text(seen, waits), []).append(seen.rank)
+    if len(places) == 1:
+        return f"{text}, other ranks waiting in {next(iter(places))}"
+    groups = "; ".join(
+        f"{', '.join(map(str, ranks[:SHOWN_RANKS]))} in {place}" for place, ranks in places.items()
+    )
+    return f"{text}, other ranks waiting (ranks {groups})"
+
+
+# ----------------------------------------------------------------------------------------------
+# Acting on the cluster
+# ----------------------------------------------------------------------------------------------
+
+
+def running(pid: int) -> bool:
+    """The process runs (a zombie its parent has not reaped yet does not): the step's srun, a rank."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            state = handle.read().rsplit(b")", 1)[-1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in (b"Z", b"X")
+
+
+def _srun_on(ctx: Context, node: str, command: list[str], timeout: float) -> bool:
+    srun = ["srun", "--overlap", f"--jobid={ctx.job_id}", "-w", node, "-N1", "-n1", "--quiet"]
+    try:
+        proc = subprocess.run(srun + command, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+    return proc.returncode == 0
+
+
+def _collect(ctx: Context, node: str) -> None:
+    """One node's stacks: here, or on the node through srun (its ranks' pids live there)."""
+    if node != ctx.node and ctx.job_id:
+        command = [sys.executable, "-m", "hpctrain.supervisor.watchdog", "--collect-node", node]
+        if _srun_on(ctx, node, command, SRUN_TIMEOUT_S):
+            return
+        if not heartbeat.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
+            say(f"no stacks from {node}: it did not answer within {SRUN_TIMEOUT_S:.0f} s")
+            return
+    stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, node, ctx.signum)
+
+
+def collect_stacks(ctx: Context, nodes: Iterable[str]) -> dict[int, str]:
+    """Every rank's stacks into failures/stacks/, all nodes at once; returns what each rank waits in."""
+    chosen = sorted(set(nodes))
+    with ThreadPoolExecutor(max_workers=min(32, max(1, len(chosen)))) as pool:
+        list(pool.map(lambda node: _collect(ctx, node), chosen))
+    return {
+        rank: stacks.waiting_in(stacks.read_text(ctx.run.rank_stacks(rank)))
+        for rank in stacks.dumped(ctx.run)
+    }
+
+
+def end_step(
+    ctx: Context, step_pid: int, step_ids: set[str], ranks: list[Seen], wait_s: float = END_WAIT_S
+) -> None:
+    """Kill the step's tasks (scancel JOB.STEP); without Slurm, or if that fails, the step's
+    process and the ranks of this node."""
+    here = [r.pid for r in ranks if r.pid and r.node == ctx.node]
+    if ctx.job_id and step_ids:
+        # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
+        # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
+        cancels = [
+            subprocess.Popen(
+                ["scancel", "--signal=KILL", f"{ctx.job_id}.{step_id}"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
+            for step_id in sorted(step_ids)
+        ]
+        # This node's ranks ending tells that the scancel has been carried out (the other live
+        # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
+        deadline = time.monotonic() + wait_s
+        while running(step_pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            if here and not any(running(pid) for pid in here):
+                break
+        for cancel in cancels:  # slurmctld has the request; the client need not linger
+            if cancel.poll() is None:
+                cancel.kill()
+            cancel.wait()
+        if not running(step_pid):
+            return
+        say(f"the step (pid {step_pid}) did not end after scancel: killing it")
+    for pid in [*here, step_pid]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# ----------------------------------------------------------------------------------------------
+# The watch loop
+# ----------------------------------------------------------------------------------------------
+
+
+def this_attempt(ctx: Context, found: Iterable[object]) -> list[Heartbeat]:
+    """Node files of this attempt, written since the watchdog started (older ones are a past step's)."""
+    return [
+        b
+        for b in found
+        if isinstance(b, Heartbeat) and (b.attempt or 0) == ctx.attempt and b.time >= ctx.started - 2.0
+    ]
+
+
+def declare_hang(ctx: Context, step_pid: int, beats: list[Heartbeat], median_s: float | None) -> bool:
+    """Collect the stacks, look again, and if a rank is still overdue write hang.json and end the
+    step (True). False: every rank has advanced meanwhile, which a hung rank cannot do."""
+    now = time.time()
+    ranks = hang_rule.observe(beats, now)
+    late = hang_rule.overdue(ctx.settings, ranks, median_s) or ranks
+    say(f"ranks {', '.join(str(r.rank) for r in late[:SHOWN_RANKS])} stopped advancing: collecting stacks")
+    waits = collect_stacks(ctx, (b.node for b in beats))
+    # A fresh look after the stacks (seconds later): a stopped rank's silence is surer by now.
+    ranks = hang_rule.observe(this_attempt(ctx, ctx.run.read_heartbeats()) or beats, time.time())
+    if not hang_rule.overdue(ctx.settings, ranks, median_s):
+        # Seen once in a soak, 4 s after a warm restart on a loaded node: rank 0 overdue at the
+        # first look, every rank 0.6 s into its step at the second.
+        say("every rank advanced while the stacks were collected: not a hang, watching on")
+        return False
+    hung, waiting = diagnose(ranks, waits)
+    text = summary(hung, waiting, waits)
+    report = HangReport(
+        time=time.time(),
+        summary=text,
+        step=min((r.step for r in hung), default=None),
+        hung=[r.state(waits.get(r.rank, "")) for r in hung],
+        waiting=[r.state(waits.get(r.rank, "")) for r in waiting],
+        timeout_s=round(hang_rule.allowance(ctx.settings, ranks, median_s), 1),
+        stacks=str(ctx.run.stacks),
+        attempt=ctx.attempt,
+    )
+    ctx.run.failures.mkdir(parents=True, exist_ok=True)
+    write_json(ctx.run.hang_report, report)
+    say(f"HUNG: {text}; stacks: {ctx.run.stacks}")
+    end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks)
+    return True
+
+
+def ranks_gone(
+    ctx: Context, step_pid: int, beats: list[Heartbeat], silent: list[str], failed: list[FailureReport]
+) -> bool:
+    """Peers are gone and the step still runs: end it now. False when every silent node still
+    answers: its ranks are alive but stuck (a long GIL hold, or STOPped), which the hang rule judges."""
+    if failed:
+        who = ", ".join(f"rank {f.rank} ({f.error_type or 'failed'})" for f in failed[:SHOWN_RANKS])
+        say(f"{who} failed and the step goes on without it: ending the step")
+    else:
+        records = node_records(silent) if ctx.job_id else {}
+        gone = [
+            n
+            for n in silent
+            if ctx.job_id and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id)
+        ]
+        if not gone:
+            return False
+        say(f"no heartbeat from {', '.join(gone)} and no answer: ending the step")
+    ranks = hang_rule.observe(beats, time.time())
+    end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
+    return True
+
+
+def watch(ctx: Context, step_pid: int, poll_s: float) -> int:
+    """Read the heartbeats every `poll_s`; look for failure reports and the step's end every tick."""
+    samples: dict[tuple[int, int], float] = {}
+    gone_since: float | None = None
+    answered: dict[str, float] = {}  # silent nodes that answered a probe, and when
+    silent_after = hang_rule.node_silent_after(ctx.settings)
+    beats: list[Heartbeat] = []
+    silent: list[str] = []
+    next_read = 0.0
+    while running(step_pid):
+        now = time.time()
+        if now >= next_read:
+            next_read = now + poll_s
+            beats = this_attempt(ctx, ctx.run.read_heartbeats())
+            ranks = hang_rule.observe(beats, now)
+            for seen in ranks:
+                if seen.step_s:
+                    samples[(seen.rank, seen.step)] = seen.step_s
+            while len(samples) > MAX_STEP_SAMPLES:
+                samples.pop(next(iter(samples)))
+            median_s = hang_rule.median_step_s(samples.values())
+            silent = sorted(
+                b.node
+                for b in beats
+                if now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
+            )
+            late = hang_rule.overdue(ctx.settings, ranks, median_s)
+            # Late ranks all on nodes that went silent: first find out whether those nodes still answer.
+            hang = late and not {r.node for r in late} <= set(silent)
+            if hang and declare_hang(ctx, step_pid, beats, median_s):
+                return 0
+        # A failure report is one readdir away: a rank that failed while its peers wait on it for
+        # good (a lost node) ends the step within the grace, not a heartbeat interval later.
+        failed = [
+            f
+            for f in ctx.run.read_failures()
+            if isinstance(f, FailureReport) and (f.time or 0) >= ctx.started
+        ]
+        if silent or failed:
+            gone_since = gone_since or now
+            if now - gone_since >= GONE_GRACE_S:
+                if ranks_gone(ctx, step_pid, beats, silent, failed):
+                    return 0
+                answered.update(dict.fromkeys(silent, time.time()))
+                silent, gone_since = [], None
+        else:
+            gone_since = None
+        time.sleep(min(poll_s, TICK_S))
+    return 0
+
+
+def context_from_env() -> Context:
+    from hpctrain import spec
+
+    value = os.environ.get("HPCTRAIN_RUN_DIR")
+    if not value:
+        raise SystemExit("hpctrain.supervisor.watchdog: HPCTRAIN_RUN_DIR is not set")
+    run = RunDir(Path(value).resolve())
+    resolved = spec.loads(run.spec.read_bytes())
+    return Context(
+        run=run,
+        settings=resolved.job.watchdog,
+        attempt=heartbeat.current_attempt(),
+        job_id=os.environ.get("SLURM_JOB_ID", ""),
+        node=os.environ.get("SLURMD_NODENAME", "") or socket.gethostname(),
+        signum=heartbeat.stack_signal(resolved.preemption.signal),
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m hpctrain.supervisor.watchdog", description=__doc__)
+    parser.add_argument(
+        "--step-pid", type=int, help="The training step's process (srun): watch until it ends."
+    )
+    parser.add_argument(
+        "--collect-node", metavar="NODE", help="Only write the stacks of NODE's ranks (run there)."
+    )
+    args = parser.parse_args(argv)
+    ctx = context_from_env()
+    if args.collect_node:
+        stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, args.collect_node, ctx.signum)
+        return 0
+    if args.step_pid is None:
+        parser.error("--step-pid or --collect-node is required")
+    if not ctx.settings.enabled:
+        return 0
+    # The batch script ends us with SIGTERM once the step is over: clean up on the way out.
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
+    try:
+        # Reading every node file once per interval: the reads stay as bounded as the writes.
+        return watch(ctx, args.step_pid, poll_s=ctx.settings.heartbeat_interval)
+    finally:  # this node's slot files (other nodes' go with their /dev/shm, or stay: 16 KiB each)
+        for beat in this_attempt(ctx, ctx.run.read_heartbeats()):
+            heartbeat.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

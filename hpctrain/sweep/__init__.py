@@ -1,0 +1,1 @@
+"""Sweeps: the plan, the grid, their status (login side)."""

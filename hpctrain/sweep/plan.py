@@ -1,0 +1,369 @@
+"""Hyper-parameter sweeps as Slurm job arrays: expand the grid, validate every trial, submit in chunks.
+
+A sweep is one run directory (the sweep's root) whose array elements are its trials: trial `i` runs
+in ``array-i/`` with its own resolved ``spec.json`` (written here, before anything is submitted),
+metrics, checkpoints and result. Above the cluster's MaxArraySize the trials go out as several
+arrays, each adding its index offset (the cap is on the index itself, so a later chunk cannot just
+use indices 1001-2000). ``sweep.json`` in the root records the trials and the arrays.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from hpctrain import rundir, spec
+from hpctrain.errors import BackendError, SpecError
+from hpctrain.runs.index import SUBMIT_FAILED, Index, Run
+from hpctrain.scheduler.base import JobState
+from hpctrain.sweep.grid import Value, describe, expand, parse_grid_option
+
+if TYPE_CHECKING:
+    from hpctrain.scheduler.base import Backend
+
+SWEEP_FILE = "sweep.json"
+
+
+class Trial(msgspec.Struct, frozen=True):
+    index: int
+    params: dict[str, Value]
+
+
+class ArrayChunk(msgspec.Struct, kw_only=True):
+    """One sbatch of the sweep: trials offset .. offset+count-1 as array indices 0 .. count-1."""
+
+    offset: int
+    count: int
+    throttle: int | None = None
+    after: int | None = None
+    """The chunk (by position) this one waits for: how --max-parallel holds across several arrays."""
+    job_id: str | None = None
+
+    @property
+    def array(self) -> str:
+        return f"0-{self.count - 1}" + (f"%{self.throttle}" if self.throttle else "")
+
+
+class SweepRecord(msgspec.Struct, kw_only=True):
+    """sweep.json: what was swept, how it was submitted, and where each trial lives."""
+
+    sweep_id: str
+    name: str
+    site: str
+    backend: str
+    submitted_at: float
+    metric: str
+    mode: str
+    max_parallel: int | None = None
+    params: list[str]
+    trials: list[Trial]
+    arrays: list[ArrayChunk]
+
+    def chunk_of(self, trial: int) -> ArrayChunk:
+        for chunk in self.arrays:
+            if chunk.offset <= trial < chunk.offset + chunk.count:
+                return chunk
+        raise IndexError(trial)
+
+
+# ---------------------------------------------------------------------------------------------
+# Trials (the grid's expansion is in sweep_grid.py)
+# ---------------------------------------------------------------------------------------------
+
+
+def settings(job: spec.JobSpec, grid: list[str], **given: Any) -> spec.Sweep:
+    """The job's `sweep:` section with the command line's --grid entries and options on top."""
+    data = msgspec.to_builtins(job.sweep or spec.Sweep())
+    data["grid"] = {**data["grid"], **dict(parse_grid_option(item) for item in grid)}
+    data.update({key: value for key, value in given.items() if value is not None})
+    return spec.decode(spec.Sweep, data, "sweep")
+
+
+def resolve_trials(
+    job_path: str | Path, site: str, overrides: list[str], cli_grid: list[str], **options: Any
+) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
+    """Every trial's resolved spec; the first trial the site refuses stops everything, named."""
+    from hpctrain.launch.resources import job_file
+    from hpctrain.site import lookup as sites
+
+    job = spec.load_job(job_file(job_path), overrides)
+    site_profile = spec.load_site(sites.locate(site))
+    chosen = settings(job, cli_grid, **options)
+    if job.array:
+        raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
+    _check_early_stop(chosen, job, str(job_path))
+    base = msgspec.to_builtins(job)
+    base["sweep"] = msgspec.to_builtins(chosen)  # a trial's watcher reads early_stop from its own spec
+    # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
+    # shorthand becomes its dims); then each trial only stores its typed values at the ends.
+    try:
+        spec.apply_overrides(base, [f"{key}=0" for key in chosen.grid], str(job_path))
+    except SpecError as err:
+        raise SpecError(f"sweep.grid: {err}".replace("--set ", "")) from None
+    base_bytes = msgspec.json.encode(base)
+    trials: list[Trial] = []
+    resolved: list[spec.Resolved] = []
+    for number, params in enumerate(expand(chosen.grid, chosen.random, chosen.seed)):
+        data = msgspec.json.decode(base_bytes)
+        for key, value in params.items():
+            *sections, last = key.split(".")
+            node = data
+            for section in sections:
+                node = node[section]
+            node[last] = value
+        try:
+            trial_job = spec.decode(spec.JobSpec, data, str(job_path))
+            resolved.append(spec.resolve(trial_job, site_profile, str(job_path), site))
+        except SpecError as err:
+            raise SpecError(f"trial {number} ({describe(params)}): {err}") from None
+        trials.append(Trial(number, params))
+    return chosen, trials, resolved
+
+
+def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> None:
+    from hpctrain.supervisor.prune import EVAL_FIELDS
+
+    if chosen.early_stop is None:
+        return
+    every, first = job.train.eval_every, chosen.early_stop.after_steps
+    if chosen.metric not in EVAL_FIELDS:
+        raise SpecError(
+            f"{origin}: sweep.metric: early stopping compares eval lines: use {' or '.join(EVAL_FIELDS)}"
+        )
+    if every == 0 or first % every:
+        raise SpecError(
+            f"{origin}: sweep.early_stop.after_steps: {first} must be a multiple of train.eval_every "
+            f"({every}): trials are compared on their evaluations"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Cluster limits and chunks
+# ---------------------------------------------------------------------------------------------
+
+
+class Limits(msgspec.Struct):
+    max_array_size: int
+    max_submit_jobs: int | None = None
+    queued: int = 0
+
+
+def cluster_limits(backend: Backend) -> Limits:
+    """MaxArraySize from `scontrol show config`; MaxSubmitJobs of this user from accounting, if any."""
+    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+    cli = backend if isinstance(backend, SlurmCliBackend) else SlurmCliBackend()
+    config = cli._check(cli._run(["scontrol", "show", "config"], "scontrol show config"), "scontrol")
+    max_array = 1001  # Slurm's default
+    for line in config.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip() == "MaxArraySize" and value.strip().isdigit():
+            max_array = int(value.strip())
+    limits = Limits(max_array)
+    user = os.environ.get("USER") or _user_name()
+    proc = cli._run(
+        ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"where user={user}", "format=MaxSubmit"],
+        "sacctmgr",
+    )
+    caps = [int(v) for v in proc.stdout.split() if v.isdigit()] if proc.returncode == 0 else []
+    if caps:
+        limits.max_submit_jobs = min(caps)
+        queue = cli._check(
+            cli._run(["squeue", "--me", "--array", "--noheader", "--format=%i"], "squeue"), "squeue"
+        )
+        limits.queued = len(queue.split())
+    return limits
+
+
+def _user_name() -> str:
+    import pwd
+
+    return pwd.getpwuid(os.getuid()).pw_name
+
+
+def plan_chunks(trials: int, max_array_size: int, max_parallel: int | None = None) -> list[ArrayChunk]:
+    """Arrays of at most MaxArraySize indices; --max-parallel K is split into lanes of chained chunks."""
+    if max_array_size < 1:
+        raise SpecError("this cluster has job arrays switched off (MaxArraySize=0); a sweep needs them")
+    chunks = [
+        ArrayChunk(offset=start, count=min(max_array_size, trials - start))
+        for start in range(0, trials, max_array_size)
+    ]
+    if max_parallel:
+        lanes = min(max_parallel, len(chunks))
+        for position, chunk in enumerate(chunks):
+            lane = position % lanes
+            chunk.throttle = max_parallel // lanes + (1 if lane < max_parallel % lanes else 0)
+            chunk.after = position - lanes if position >= lanes else None
+    return chunks
+
+
+def check_limits(trials: int, limits: Limits) -> None:
+    if limits.max_submit_jobs is not None and limits.queued + trials > limits.max_submit_jobs:
+        raise SpecError(
+            f"sweep: {trials} trials would exceed this user's MaxSubmitJobs={limits.max_submit_jobs} "
+            f"({limits.queued} jobs already queued); sweep fewer (--random N) or wait"
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# Submission
+# ---------------------------------------------------------------------------------------------
+
+
+def submit(
+    job_path: str | Path,
+    site: str,
+    overrides: list[str] | None = None,
+    grid: list[str] | None = None,
+    backend_name: str | None = None,
+    index: Index | None = None,
+    **options: Any,
+) -> SweepRecord:
+    """Validate every trial, write each one's spec, then one sbatch per chunk (all or nothing)."""
+    from hpctrain.launch.render import slurm_directive_path
+    from hpctrain.scheduler import select_backend
+
+    index = index or Index()
+    backend = select_backend(backend_name)
+    if backend.name == "local":
+        raise SpecError("sweeps run as Slurm job arrays; the local backend has none (use --backend slurm)")
+    chosen, trials, resolved = resolve_trials(job_path, site, overrides or [], grid or [], **options)
+    chunks = plan_chunks(len(trials), cluster_limits_checked(backend, len(trials)), chosen.max_parallel)
+    slurm_directive_path(index.root / "runs")
+    sweep_id, root = index.new_run_dir(resolved[0].job.name)
+    run = rundir.RunDir(root)
+    for trial, trial_spec in zip(trials, resolved, strict=True):
+        _write_trial_spec(str(run.element(trial.index).spec), spec.dumps(trial_spec))
+    run.spec.write_bytes(spec.dumps(resolved[0]))
+    submitted_with = rundir.SubmitInfo(
+        job=str(Path(job_path).resolve()),
+        site=site,
+        overrides=overrides or [],
+        backend=backend.name,
+        cwd=str(Path.cwd()),
+    )
+    rundir.write_json(run.submit_info, submitted_with)
+    record = SweepRecord(
+        sweep_id=sweep_id,
+        name=resolved[0].job.name,
+        site=resolved[0].site.name,
+        backend=backend.name,
+        submitted_at=time.time(),
+        metric=chosen.metric,
+        mode=chosen.mode,
+        max_parallel=chosen.max_parallel,
+        params=list(chosen.grid),
+        trials=trials,
+        arrays=chunks,
+    )
+    rundir.write_json(root / SWEEP_FILE, record)  # before sbatch: no queued array without its record
+    try:
+        _submit_chunks(record, resolved[0], root, backend)
+    except BackendError as err:
+        index.add(
+            Run(
+                run_id=sweep_id,
+                job_id=None,
+                name=record.name,
+                site=record.site,
+                backend=backend.name,
+                run_dir=root,
+                submitted_at=record.submitted_at,
+                state=SUBMIT_FAILED,
+                state_at=record.submitted_at,
+                reason=str(err),
+            )
+        )
+        raise BackendError(f"{err} (nothing of the sweep stays queued; its specs are in {root})") from None
+    rundir.write_json(root / SWEEP_FILE, record)
+    for position, chunk in enumerate(chunks):
+        run_id = sweep_id if position == 0 else f"{sweep_id}+{chunk.offset}"
+        index.add(
+            Run(
+                run_id=run_id,
+                job_id=chunk.job_id,
+                name=record.name,
+                site=record.site,
+                backend=backend.name,
+                run_dir=root,
+                submitted_at=record.submitted_at,
+                state=JobState.PENDING.value,
+                state_at=record.submitted_at,
+            )
+        )
+    return record
+
+
+def _write_trial_spec(path: str, data: bytes) -> None:
+    """The element's folder and its spec.json, with bare system calls: a sweep pays this once per trial.
+    The batch script makes the element's logs/ itself."""
+    os.mkdir(os.path.dirname(path))
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
+
+
+def cluster_limits_checked(backend: Backend, trials: int) -> int:
+    limits = cluster_limits(backend)
+    check_limits(trials, limits)
+    return limits.max_array_size
+
+
+def chunk_script_name(chunk: ArrayChunk) -> str:
+    return rundir.SCRIPT if chunk.offset == 0 else f"job+{chunk.offset}.sbatch"
+
+
+def _submit_chunks(record: SweepRecord, first: spec.Resolved, root: Path, backend: Backend) -> None:
+    """One sbatch per chunk; if one is refused, the chunks already queued are cancelled."""
+    from hpctrain.launch.render import batch_options, render
+
+    try:
+        for chunk in record.arrays:
+            dependency = first.job.dependency
+            if chunk.after is not None:
+                wait = f"afterany:{record.arrays[chunk.after].job_id}"
+                dependency = f"{wait},{dependency}" if dependency else wait
+            job = msgspec.structs.replace(first.job, array=chunk.array, dependency=dependency)
+            chunk_spec = msgspec.structs.replace(first, job=job)
+            script = root / chunk_script_name(chunk)
+            script.write_text(render(chunk_spec, root, template=backend.template, array_offset=chunk.offset))
+            chunk.job_id = backend.submit(script, root, batch_options(chunk_spec, root, chunk.offset))
+    except BackendError:
+        queued = [c.job_id for c in record.arrays if c.job_id]
+        if queued:
+            backend.cancel(queued)
+        raise
+
+
+def trial_dir(root: Path, trial: int) -> rundir.RunDir:
+    return rundir.RunDir(root).element(trial)
+
+
+def trial_batch_log(root: Path, record: SweepRecord, trial: int) -> Path:
+    """Slurm names an element's batch log by its index within its own array, plus that array's offset."""
+    from hpctrain.launch.render import batch_log_name
+
+    chunk = record.chunk_of(trial)
+    pattern = batch_log_name(True, chunk.offset)
+    return rundir.RunDir(root).logs / pattern.replace("%a", str(trial - chunk.offset))
+
+
+def load(root: Path) -> SweepRecord | rundir.Unreadable | None:
+    return rundir.read_json(root / SWEEP_FILE, SweepRecord, max_bytes=64 << 20)
+
+
+def find(index: Index, key: str) -> tuple[Path, SweepRecord | rundir.Unreadable] | None:
+    """The sweep that `key` names: its id, a prefix of it, or the job id of one of its arrays."""
+    runs = index.runs()
+    roots = {r.run_dir for r in runs if key in (r.job_id, r.run_id)}
+    roots = roots or {r.run_dir for r in runs if r.run_id.startswith(key)}
+    found = [(root, load(root)) for root in sorted(roots)]
+    sweeps = [(root, record) for root, record in found if record is not None]
+    return sweeps[0] if len(sweeps) == 1 else None

@@ -1,0 +1,219 @@
+"""Where a sweep stands: each trial's state (one squeue, at most one sacct per poll) and its metric."""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from pathlib import Path
+from typing import NamedTuple
+
+import msgspec
+
+from hpctrain import rundir
+from hpctrain.scheduler.base import TERMINAL, JobState, slurm_state
+from hpctrain.supervisor.prune import STOPPED_FILE, Stopped
+from hpctrain.sweep.grid import Value
+from hpctrain.sweep.plan import SweepRecord, trial_dir
+
+FINISHED_FILE = "trials-final.json"
+# `123_4`, or a pending range `123_[0-9%4]` / `123_[1,3-5]` as squeue without --array and sacct print.
+ELEMENT = re.compile(r"^(\d+)_(\d+|\[[0-9,\-%]+\])$")
+# Metrics lines that stand in for a result field while the trial still runs.
+RUNNING_METRIC: dict[str, tuple[type, str]] = {
+    "eval_loss": (rundir.EvalLine, "loss"),
+    "eval_accuracy": (rundir.EvalLine, "accuracy"),
+    "final_loss": (rundir.TrainLine, "loss"),
+}
+
+
+class TrialStatus(msgspec.Struct, kw_only=True):
+    index: int
+    params: dict[str, Value]
+    state: str
+    job_id: str
+    """The element as Slurm names it: ARRAYJOBID_INDEX."""
+    reason: str = ""
+    metric: float | None = None
+    step: int | None = None
+    steps: int | None = None
+    problem: str = ""
+
+
+class SweepStatus(msgspec.Struct, kw_only=True):
+    sweep_id: str
+    name: str
+    metric: str
+    mode: str
+    counts: dict[str, int]
+    best: TrialStatus | None
+    trials: list[TrialStatus]
+    arrays: list[str]
+
+
+class Polled(NamedTuple):
+    state: str
+    reason: str = ""
+    started: bool = True
+    """False for an element still inside a pending range (`123_[5-9]`): it has never run, so its run
+    directory holds nothing yet and is not read."""
+
+
+def element_states(record: SweepRecord, squeue: str, sacct: str = "") -> dict[int, Polled]:
+    """Trial index -> its state from `ID|STATE|REASON` rows; squeue's rows win over sacct's."""
+    offsets = {c.job_id: c for c in record.arrays if c.job_id}
+    states: dict[int, Polled] = {}
+    for text in (sacct, squeue):  # squeue last: it is the fresher
+        for line in text.splitlines():
+            parts = line.strip().split("|")
+            match = ELEMENT.match(parts[0]) if len(parts) >= 2 else None
+            chunk = offsets.get(match.group(1)) if match else None
+            if match is None or chunk is None:
+                continue
+            state = slurm_state(parts[1]).value
+            reason = parts[2] if len(parts) > 2 and parts[2] != "None" else ""
+            started = match.group(2).isdigit()
+            for local in _indices(match.group(2), chunk.count):
+                states[chunk.offset + local] = Polled(state, reason, started)
+    return states
+
+
+def _indices(text: str, count: int) -> list[int]:
+    """`4` -> [4]; `[0-9%4]` -> 0..9, bounded by the chunk's size whatever the text says."""
+    if text.isdigit():
+        return [int(text)] if int(text) < count else []
+    out: list[int] = []
+    for part in text.strip("[]").split("%", 1)[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isdigit() and (high.isdigit() or not high):
+            out.extend(range(int(low), min(int(high or low), count - 1) + 1))
+    return out
+
+
+def poll(records: list[SweepRecord], finished: list[dict[int, TrialStatus]]) -> list[dict[int, Polled]]:
+    """One squeue for every element of every array of every sweep; then sacct once, only for the
+    arrays with unfinished elements that squeue no longer lists."""
+    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+    if not records:
+        return []
+    cli = SlurmCliBackend()
+    rows = cli._check(
+        cli._run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%T|%r"], "squeue"),
+        "squeue",
+    )
+    states = [element_states(record, rows) for record in records]
+    gone = [
+        record
+        for record, known, done in zip(records, states, finished, strict=True)
+        if any(t.index not in known and t.index not in done for t in record.trials)
+    ]
+    ids = ",".join(c.job_id for r in gone for c in r.arrays if c.job_id)
+    if ids:
+        proc = cli._run(
+            ["sacct", "-X", "--noheader", "--parsable2", "--format=JobID,State,Reason", "--jobs", ids],
+            "sacct",
+        )
+        if proc.returncode == 0:  # no accounting: the run directories still tell how trials ended
+            states = [element_states(r, rows, proc.stdout) for r in records]
+    return states
+
+
+def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | None) -> TrialStatus:
+    """A trial's state and metric: its result if it has one, else the tail of its metrics."""
+    chunk = record.chunk_of(index)
+    polled = polled or Polled(JobState.UNKNOWN.value)
+    status = TrialStatus(
+        index=index,
+        params=record.trials[index].params,
+        state=polled.state,
+        reason=polled.reason,
+        job_id=f"{chunk.job_id}_{index - chunk.offset}",
+    )
+    if not polled.started:
+        return status
+    run = trial_dir(root, index)
+    if polled.state == JobState.CANCELLED.value:
+        stopped = rundir.read_json(run.root / STOPPED_FILE, Stopped)
+        if isinstance(stopped, Stopped):
+            status.state, status.reason = STOPPED, stopped.reason
+            status.step, status.metric = stopped.step, stopped.value
+            return status
+    result = run.read_result()
+    if isinstance(result, rundir.Result):
+        status.step, status.steps = result.step, result.steps
+        value = getattr(result, record.metric, None)
+        status.metric = float(value) if isinstance(value, int | float) else None
+        if result.status == "completed" and polled.state not in ("RUNNING", "PENDING"):
+            status.state = JobState.COMPLETED.value
+        return status
+    if isinstance(result, rundir.Unreadable):
+        status.problem = str(result)
+    kind, field = RUNNING_METRIC.get(record.metric, (type(None), ""))
+    for line in run.read_metrics(tail=40, head=0):
+        if isinstance(line, rundir.TrainLine):
+            status.step, status.steps = line.step, line.steps or status.steps
+        if isinstance(line, kind) and getattr(line, field, None) is not None:
+            status.metric = getattr(line, field)
+    return status
+
+
+class Finished(msgspec.Struct):
+    """trials-final.json: trials that cannot change any more, so a poll does not read them again."""
+
+    trials: dict[int, TrialStatus] = {}
+
+
+STOPPED = "STOPPED"  # ended by early stopping (sweep_prune), with its reason
+FINAL = frozenset(
+    {STOPPED} | {s.value for s in TERMINAL if s is not JobState.NODE_FAIL}
+)  # NODE_FAIL requeues
+
+
+def load_finished(root: Path) -> dict[int, TrialStatus]:
+    cached = rundir.read_json(root / FINISHED_FILE, Finished, max_bytes=64 << 20)
+    return cached.trials if isinstance(cached, Finished) else {}
+
+
+def survey(sweeps: list[tuple[Path, SweepRecord]]) -> list[SweepStatus]:
+    """Every trial of every sweep given, from one poll."""
+    finished = [load_finished(root) for root, _ in sweeps]
+    polled = poll([record for _, record in sweeps], finished)
+    return [
+        summarize(root, record, states, done)
+        for (root, record), states, done in zip(sweeps, polled, finished, strict=True)
+    ]
+
+
+def summarize(
+    root: Path, record: SweepRecord, polled: dict[int, Polled], finished: dict[int, TrialStatus] | None = None
+) -> SweepStatus:
+    finished = load_finished(root) if finished is None else finished
+    trials: list[TrialStatus] = []
+    new = False
+    for trial in record.trials:
+        status = finished.get(trial.index) or trial_status(root, record, trial.index, polled.get(trial.index))
+        if trial.index not in finished and status.state in FINAL:
+            finished[trial.index], new = status, True
+        trials.append(status)
+    if new:
+        try:
+            rundir.write_json(root / FINISHED_FILE, Finished(finished))
+        except OSError:
+            pass  # a cache: a read-only sweep directory only makes the next poll read more
+    ranked = rank(trials, record.mode)
+    return SweepStatus(
+        sweep_id=record.sweep_id,
+        name=record.name,
+        metric=record.metric,
+        mode=record.mode,
+        counts=dict(Counter(t.state for t in trials).most_common()),
+        best=ranked[0] if ranked and ranked[0].metric is not None else None,
+        trials=trials,
+        arrays=[f"{c.job_id} (trials {c.offset}-{c.offset + c.count - 1})" for c in record.arrays],
+    )
+
+
+def rank(trials: list[TrialStatus], mode: str) -> list[TrialStatus]:
+    """Best first; trials without a metric last, in index order."""
+    sign = 1.0 if mode == "min" else -1.0
+    return sorted(trials, key=lambda t: (t.metric is None, sign * (t.metric or 0.0), t.index))

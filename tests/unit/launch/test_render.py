@@ -1,0 +1,146 @@
+"""Rendered scripts: complete, quoted, and clean under shellcheck for every shipped job and site."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from hpctrain import spec
+from hpctrain.launch.render import RenderError, render
+from tests.conftest import JOBS, SITES
+
+SHELLCHECK = shutil.which("shellcheck")
+
+
+def resolved_pairs() -> list[tuple[Path, Path]]:
+    """Every (job, site) pair where the site can run the job."""
+    pairs = []
+    for job in sorted(JOBS.glob("*.yaml")):
+        for site in sorted(SITES.glob("*.yaml")):
+            try:
+                spec.resolve(spec.load_job(job), spec.load_site(site))
+            except spec.SpecError:
+                continue
+            pairs.append((job, site))
+    return pairs
+
+
+def shellcheck(script: str, tmp_path: Path) -> None:
+    if SHELLCHECK is None:
+        pytest.fail("shellcheck is not installed (apt-get install shellcheck; scripts/test.sh does it)")
+    path = tmp_path / "job.sbatch"
+    path.write_text(script)
+    proc = subprocess.run(
+        [SHELLCHECK, "--shell=bash", "--severity=style", str(path)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout
+
+
+@pytest.mark.parametrize(("job", "site"), resolved_pairs(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("template", ["sbatch.sh.j2", "local.sh.j2"])
+def test_every_shipped_job_renders_shellcheck_clean(
+    job: Path, site: Path, template: str, tmp_path: Path
+) -> None:
+    resolved = spec.resolve(spec.load_job(job), spec.load_site(site))
+    script = render(resolved, tmp_path / "run", template=template)
+    assert script.startswith("#!/bin/bash\n")
+    assert "hpctrain.runtime" in script
+    shellcheck(script, tmp_path)
+
+
+def test_every_site_has_a_job_that_renders() -> None:
+    sites = {site for _, site in resolved_pairs()}
+    assert sites == set(SITES.glob("*.yaml"))
+
+
+def test_hostile_values_are_quoted(tmp_path: Path) -> None:
+    hostile = "$(touch /tmp/pwned); `id` 'quote' \"dq\" \\ ;rm -rf /"
+    job = spec.load_job(JOBS / "digits-ddp.yaml", [f"env.EVIL={hostile}"])
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    shellcheck(script, tmp_path)
+    # Run just the export line in bash: the value must arrive byte for byte, nothing executed.
+    line = next(x for x in script.splitlines() if x.startswith("export EVIL="))
+    out = subprocess.run(
+        ["bash", "-c", f'{line}; printf %s "$EVIL"'], capture_output=True, text=True, check=True, cwd=tmp_path
+    )
+    assert out.stdout == hostile
+    assert not Path("/tmp/pwned").exists()
+
+
+def test_directives_follow_the_spec(tmp_path: Path) -> None:
+    job = spec.load_job(
+        JOBS / "digits-ddp.yaml",
+        [
+            "resources.account=proj1",
+            "resources.qos=high",
+            "resources.exclusive=true",
+            "array=0-3%2",
+            "dependency=afterok:12",
+        ],
+    )
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    for line in [
+        "#SBATCH --nodes=2",
+        "#SBATCH --ntasks-per-node=2",
+        "#SBATCH --gres=gpu:2",
+        "#SBATCH --account=proj1",
+        "#SBATCH --qos=high",
+        "#SBATCH --exclusive",
+        "#SBATCH --array=0-3%2",
+        "#SBATCH --dependency=afterok:12",
+        "#SBATCH --requeue",
+        "#SBATCH --signal=B:USR1@60",
+        "#SBATCH --time=00:15:00",
+        "#SBATCH --mem=2048M",
+        "srun --overlap --kill-on-bad-exit=1",
+    ]:
+        assert line in script, line
+    assert f"#SBATCH --output={tmp_path}/run/logs/batch-%a.log" in script
+
+
+def test_torchrun_launcher_starts_one_agent_per_node(tmp_path: Path) -> None:
+    job = spec.load_job(JOBS / "digits-ddp.yaml", ["launcher=torchrun"])
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    assert "#SBATCH --ntasks-per-node=1" in script
+    assert "--nproc-per-node=2" in script
+    assert "--rdzv-backend=c10d" in script
+    shellcheck(script, tmp_path)
+
+
+def test_parameter_server_job_is_heterogeneous(tmp_path: Path) -> None:
+    job = spec.load_job(JOBS / "digits-ps-async.yaml")
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    head, _, tail = script.partition("#SBATCH hetjob")
+    assert "#SBATCH --partition=cpu" in head and "#SBATCH --ntasks=1" in head
+    assert "#SBATCH --partition=debug" in tail and "#SBATCH --ntasks-per-node=4" in tail
+    assert "srun --het-group=0,1 --kill-on-bad-exit=0" in script
+
+
+def test_unsafe_run_dir_is_refused(tmp_path: Path) -> None:
+    resolved = spec.resolve(spec.load_job(JOBS / "digits-ddp.yaml"), spec.load_site(SITES / "local.yaml"))
+    with pytest.raises(RenderError, match="HPCTRAIN_HOME"):
+        render(resolved, tmp_path / "has space")
+
+
+@pytest.mark.parametrize(("preemption", "go"), [("USR1", "USR2"), ("USR2", "USR1")])
+@pytest.mark.parametrize("launcher", ["srun", "mpi", "torchrun"])
+def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
+    preemption: str, go: str, launcher: str, tmp_path: Path
+) -> None:
+    overrides = ["restart.warm_standby=true", f"preemption.signal={preemption}", f"launcher={launcher}"]
+    job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    if launcher != "srun":  # torchrun and MPI build their world at step start: no standby
+        assert "standby_start" not in script
+    else:
+        assert (
+            "rank_step hpctrain.runtime.standby" in script and f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
+        )
+        assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
+    shellcheck(script, tmp_path)

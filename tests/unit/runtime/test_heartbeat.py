@@ -1,0 +1,199 @@
+"""Rank heartbeats: the slot format (hypothesis), the node writer and its lease, phase marks."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpctrain.rundir import Heartbeat, RunDir
+from hpctrain.runtime import heartbeat
+from hpctrain.runtime.heartbeat import (
+    ALIVE,
+    ALIVE_AT,
+    FILE_SIZE,
+    HEADER,
+    HEADER_SIZE,
+    IDENT,
+    LEASE_S,
+    MAGIC,
+    PHASES,
+    PROGRESS,
+    PROGRESS_AT,
+    SLOT_SIZE,
+    RankHeartbeat,
+    Where,
+    decode_slot,
+    decode_slots,
+)
+
+
+@pytest.fixture
+def slot_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    folder = tmp_path / "shm"
+    monkeypatch.setenv("HPCTRAIN_HEARTBEAT_DIR", str(folder))
+    return folder
+
+
+def where(run_dir: Path, rank: int, local_rank: int, interval: float = 1.0) -> Where:
+    return Where(
+        run_dir=run_dir,
+        job_id="77",
+        attempt=2,
+        node="nodeA",
+        rank=rank,
+        local_rank=local_rank,
+        step_id="0",
+        interval=interval,
+    )
+
+
+FLOATS = st.floats(allow_nan=True, allow_infinity=True, width=64)
+
+
+@given(
+    rank=st.integers(0, 2**31 - 1),
+    pid=st.integers(-(2**31), 2**31 - 1),
+    code=st.integers(-(2**31), 2**31 - 1),
+    step=st.integers(-(2**63), 2**63 - 1),
+    times=st.tuples(FLOATS, FLOATS, FLOATS, FLOATS),
+    index=st.integers(0, 3),
+)
+def test_any_slot_content_decodes_to_its_fields(
+    rank: int, pid: int, code: int, step: int, times: tuple[float, float, float, float], index: int
+) -> None:
+    buffer = bytearray(HEADER_SIZE + 4 * SLOT_SIZE)
+    start = HEADER_SIZE + index * SLOT_SIZE
+    phase_since, step_since, step_s, alive = times
+    IDENT.pack_into(buffer, start, MAGIC, rank, pid)
+    PROGRESS.pack_into(buffer, start + PROGRESS_AT, code, step, phase_since, step_since, step_s)
+    ALIVE.pack_into(buffer, start + ALIVE_AT, alive)
+    slot = decode_slot(bytes(buffer), index)
+    assert slot is not None
+    assert (slot.rank, slot.pid, slot.beat.step) == (rank, pid, step)
+    assert slot.beat.phase == (PHASES[code] if 0 <= code < len(PHASES) else "unknown")
+    for value in (slot.beat.phase_since, slot.beat.step_since, slot.beat.time):
+        assert value == value and abs(value) != float("inf")  # non-finite reads as 0
+    assert slot.beat.step_s is None or slot.beat.step_s >= 0
+    assert [s.rank for s in decode_slots(bytes(buffer))] == [rank]
+
+
+@given(st.binary(max_size=FILE_SIZE + 100))
+def test_any_bytes_decode_without_error(data: bytes) -> None:
+    for slot in decode_slots(data):
+        assert slot.rank >= 0
+
+
+def test_slot_layout_fits_and_does_not_overlap() -> None:
+    assert IDENT.size <= PROGRESS_AT
+    assert PROGRESS_AT + PROGRESS.size <= ALIVE_AT
+    assert ALIVE_AT + ALIVE.size <= SLOT_SIZE
+    assert HEADER.size <= HEADER_SIZE
+    assert decode_slot(bytes(FILE_SIZE), 0) is None  # zero-filled: unused
+    assert decode_slot(bytes(FILE_SIZE), -1) is None
+    assert decode_slot(bytes(FILE_SIZE), 10**6) is None
+
+
+def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
+    beat = RankHeartbeat(where(tmp_path, rank=5, local_rank=1))
+    (slot,) = heartbeat.read_slot_file(beat.path)
+    assert (slot.rank, slot.beat.phase, slot.beat.step, slot.beat.step_s, slot.pid) == (
+        5,
+        "startup",
+        -1,
+        None,
+        os.getpid(),
+    )
+    beat.mark("data", 10)
+    beat.mark("forward")
+    (slot,) = heartbeat.read_slot_file(beat.path)
+    assert (slot.beat.phase, slot.beat.step, slot.beat.step_s) == (
+        "forward",
+        10,
+        None,
+    )  # the first step has not ended
+    since = slot.beat.step_since
+    beat.mark("data", 11)
+    (slot,) = heartbeat.read_slot_file(beat.path)
+    assert (
+        slot.beat.step == 11
+        and slot.beat.step_s is not None
+        and slot.beat.step_s >= 0
+        and slot.beat.step_since >= since
+    )
+    assert beat.path.parent == slot_dir and "77-2-nodeA" in beat.path.name
+    other_run = RankHeartbeat(where(tmp_path / "other", rank=5, local_rank=1))
+    assert other_run.path != beat.path  # two runs on one host never share slots
+    heartbeat.stack_file(beat.path, 5).write_text("stacks")
+    heartbeat.remove_node_files(tmp_path, "77", 2, "nodeA")
+    assert not beat.path.exists() and not heartbeat.stack_file(beat.path, 5).exists()
+    assert other_run.path.exists()
+
+
+def test_one_writer_per_node_and_takeover_when_it_stops(slot_dir: Path, tmp_path: Path) -> None:
+    """Two ranks of a node: the first to tick writes the node file; when its lease goes stale (a
+    STOPped writer stops ticking) the other takes over, under the flock."""
+    first = RankHeartbeat(where(tmp_path, rank=0, local_rank=0))
+    second = RankHeartbeat(where(tmp_path, rank=1, local_rank=1))
+    run = RunDir(tmp_path)
+    now = time.time()
+    first.tick(now)
+    second.tick(now)
+    assert HEADER.unpack_from(first._map, 0)[2] == os.getpid()  # one process here: pid alone can't tell
+    written = run.read_heartbeats()
+    assert len(written) == 1 and isinstance(written[0], Heartbeat)
+    node = written[0]
+    assert (node.node, node.attempt, node.step_id, sorted(node.ranks)) == ("nodeA", 2, "0", [0, 1])
+    # The writer's lease is stale: a tick of the other rank (another pid) takes it over.
+    HEADER.pack_into(first._map, 0, MAGIC, 1, 999_999_999, now - LEASE_S - 1)
+    second._pid = 12345
+    second.tick(now + 5)
+    assert HEADER.unpack_from(first._map, 0)[2] == 12345
+    assert run.read_heartbeats()[0].time == pytest.approx(now + 5)
+    # A fresh lease held by someone else is left alone.
+    first._pid = 54321
+    first._last_write = 0.0
+    first.tick(now + 6)
+    assert HEADER.unpack_from(first._map, 0)[2] == 12345
+
+
+def test_start_registers_faulthandler_on_a_signal_that_is_not_the_preemption_signal(
+    slot_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    assert heartbeat.stack_signal("USR1") == heartbeat.signal.SIGUSR2
+    assert heartbeat.stack_signal("SIGUSR2") == heartbeat.signal.SIGUSR1
+    assert heartbeat.stack_signal("TERM") == heartbeat.signal.SIGUSR2
+    monkeypatch.setenv("HPCTRAIN_ATTEMPT", "3")
+    started = heartbeat.start(tmp_path, 0, 0, "nodeB", "88", 1.0, "USR1")
+    try:
+        assert started is not None and started.where.attempt == 3
+        heartbeat.mark("eval", 4)
+        (slot,) = heartbeat.read_slot_file(started.path)
+        assert (slot.beat.phase, slot.beat.step) == ("eval", 4)
+        os.kill(os.getpid(), heartbeat.signal.SIGUSR2)
+        time.sleep(0.2)
+        text = heartbeat.stack_file(started.path, 0).read_text()
+        assert "test_heartbeat.py" in text
+        heartbeat.finish()
+        assert not started.path.exists() and heartbeat._current is None
+        heartbeat.mark("data", 5)  # a no-op once finished
+    finally:
+        if started is not None:
+            started.stop()
+            heartbeat.faulthandler.unregister(heartbeat.signal.SIGUSR2)
+        heartbeat._current = None
+    assert heartbeat.start(tmp_path, 0, 10_000, "nodeB", "88", 1.0, "USR1") is None
+
+
+def test_heartbeat_module_imports_no_torch() -> None:
+    import subprocess
+
+    code = "import sys, hpctrain.runtime.heartbeat, hpctrain.supervisor.watchdog, hpctrain.runs.health; "
+    code += "print('torch' in sys.modules)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert proc.stdout.strip() == "False"

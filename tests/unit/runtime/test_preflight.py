@@ -1,0 +1,118 @@
+"""Preflight's verdicts (slow node, missing GPUs, ECC) and when the batch script runs it."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from hpctrain import spec
+from hpctrain.launch.render import render
+from hpctrain.runtime.preflight import (
+    NodeFacts,
+    busbw_gbps,
+    gpu_health,
+    injected_delay,
+    judge,
+    parse_gpu_health,
+)
+from tests.conftest import JOBS, SITES
+
+
+def facts(node: str, rank: int, bw: float, seconds: float, problems: list[str] | None = None) -> NodeFacts:
+    return NodeFacts(
+        node=node,
+        rank=rank,
+        local_rank=0,
+        python="3.11.7",
+        hpctrain="0.1.0",
+        gpus_asked=0,
+        gpus_seen=0,
+        gpu_source="",
+        problems=problems or [],
+        node_busbw_gbps=bw,
+        node_seconds=seconds,
+    )
+
+
+def test_a_slow_node_is_named_and_jitter_is_not() -> None:
+    slow = [facts("a", 0, 10.0, 0.001), facts("b", 1, 9.0, 0.0011), facts("c", 2, 0.1, 0.05)]
+    assert {n: bool(p) for n, p in judge(slow, 0.5).items()} == {"a": False, "b": False, "c": True}
+    # 100x slower in bandwidth but only microseconds lost: noise of a tiny in-node all-reduce.
+    jitter = [facts("a", 0, 100.0, 0.00001), facts("b", 1, 1.0, 0.001)]
+    assert not any(judge(jitter, 0.5).values())
+
+
+def test_a_rank_problem_fails_its_node_once() -> None:
+    found = judge(
+        [
+            facts("a", 0, 1, 0, ["2 GPUs allocated, 0 visible"]),
+            facts("a", 1, 1, 0, ["2 GPUs allocated, 0 visible"]),
+        ],
+        0.5,
+    )
+    assert found == {"a": ["2 GPUs allocated, 0 visible"]}
+
+
+def test_bus_bandwidth_formula() -> None:
+    assert busbw_gbps(10**9, 4, 1.0) == pytest.approx(1.5)
+    assert busbw_gbps(10**9, 1, 2.0) == pytest.approx(0.5)
+
+
+def test_gpu_health_and_delay_hook() -> None:
+    text = "0, 0, 1980, 1980\n1, 3, 1980, 1980\n2, [N/A], 1500, 0\n"
+    assert parse_gpu_health(text) == [
+        "GPU 1: 3 uncorrected ECC errors",
+        "GPU 2: reports a maximum SM clock of 0",
+    ]
+    assert injected_delay("node2", {"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.25"}) == 0.25
+    assert injected_delay("node1", {"HPCTRAIN_PREFLIGHT_DELAY": "node2:0.25"}) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expected"),
+    [
+        ([], True),  # 2 nodes x 2 GPUs: on by default
+        (["resources.nodes=1"], False),
+        (["resources.gpus_per_node=0"], False),
+        (["preflight=false"], False),
+        (["resources.nodes=1", "preflight=true"], True),
+    ],
+)
+def test_preflight_step_default(overrides: list[str], expected: bool, tmp_path: Path) -> None:
+    job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
+    resolved = spec.resolve(job, spec.load_site(SITES / "local.yaml"))
+    script = render(resolved, tmp_path)
+    assert ("hpctrain.runtime.preflight" in script) is expected
+
+
+DCGM_DIAG = """\
++---------------------------+------------------------------------------------+
+| Diagnostic                | Result                                         |
++===========================+================================================+
+|-----  Deployment  --------+------------------------------------------------|
+| Denylist                  | Pass                                           |
+| NVML Library              | Pass                                           |
+| Persistence Mode          | Fail                                           |
+|                           | GPU0: Persistence mode for GPU 0 is disabled.  |
+| Environment Variables     | Pass                                           |
++---------------------------+------------------------------------------------+
+"""
+
+
+def test_dcgm_quick_diagnostic_failures_are_reported(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where DCGM is installed, `dcgmi diag -r 1` runs and each failed check is one problem."""
+    tool = tmp_path / "dcgmi"
+    (tmp_path / "diag.txt").write_text(DCGM_DIAG)
+    diag = tmp_path / "diag.txt"
+    # Like dcgmi: the table on stdout, a non-zero exit when a check failed.
+    cat, grep = shutil.which("cat"), shutil.which("grep")  # PATH will hold only the fake tool
+    tool.write_text(f'#!/bin/sh\n[ "$*" = "diag -r 1" ] || exit 9\n{cat} {diag}\n! {grep} -q Fail {diag}\n')
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path))  # no nvidia-smi here: only the DCGM check runs
+    assert gpu_health() == ["dcgmi diag: Persistence Mode failed"]
+    (tmp_path / "diag.txt").write_text(DCGM_DIAG.replace("| Fail ", "| Pass "))
+    assert gpu_health() == []
+    tool.write_text("#!/bin/sh\necho 'Error: unable to connect to host engine' >&2\nexit 1\n")
+    assert gpu_health() == ["dcgmi failed: Error: unable to connect to host engine"]

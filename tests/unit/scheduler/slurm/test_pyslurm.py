@@ -1,0 +1,150 @@
+"""The parts of the pyslurm backend that need no pyslurm: version matching and batch-option translation."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+
+from hpctrain import spec
+from hpctrain.launch.render import Directive, batch_options
+from hpctrain.scheduler.slurm import pyslurm as pb
+from hpctrain.scheduler.base import BackendError, JobState
+from tests.conftest import JOBS, SITES
+
+D = Directive
+OPTIONS = [
+    [D("job-name", "demo"), D("output", "/runs/r1/logs/batch.log"), D("time", "1-00:30:00"),
+     D("signal", "B:USR1@90"), D("requeue"), D("nodes", "2"), D("ntasks-per-node", "4"),
+     D("partition", "gpu"), D("gres", "gpu:h100:8"), D("mem", "16G"), D("exclusive"),
+     D("exclude", "n3,n4"), D("comment", "two words")],
+]  # fmt: skip
+
+
+def test_versions_compare_by_slurm_release() -> None:
+    assert pb.major_minor("slurm-wlm 22.05.8") == (22, 5)
+    assert pb.major_minor("18.8.4.1") == (18, 8)  # pyslurm's spelling of 18.08
+    assert pb.slurm_release((22, 5)) == "22.05"
+
+
+@pytest.mark.parametrize(
+    ("version", "api", "cluster", "expected"),
+    [
+        ("25.11.2", True, (25, 11), "matches"),
+        ("25.11.2", True, (22, 5), "built for Slurm 25.11"),
+        ("18.8.4", False, (18, 8), "old pre-23.2 API"),
+    ],
+)
+def test_available_needs_the_new_api_and_the_same_release(
+    monkeypatch: pytest.MonkeyPatch, version: str, api: bool, cluster: tuple[int, int], expected: str
+) -> None:
+    module = SimpleNamespace(__version__=version, **({"JobSubmitDescription": object} if api else {}))
+    monkeypatch.setattr(
+        pb, "cluster_slurm_version", lambda: (cluster, f"slurm {pb.slurm_release(cluster)}.1")
+    )
+    ok, reason = pb.available(module)  # type: ignore[arg-type]
+    assert ok is (expected == "matches")
+    assert expected in reason
+
+
+def test_options_translate_to_description_attributes() -> None:
+    description = SimpleNamespace()
+    pb.apply_options(description, OPTIONS)
+    assert vars(description) == {
+        "name": "demo",
+        "standard_output": "/runs/r1/logs/batch.log",
+        "time_limit": 24 * 60 + 30,
+        "signal": {"signal": 10, "batch_only": True, "time": 90},
+        "is_requeueable": True,
+        "nodes": "2",
+        "ntasks_per_node": 4,
+        "partitions": "gpu",
+        "gres_per_node": "gpu:h100:8",
+        "memory_per_node": 16 * 1024,
+        "resource_sharing": "no",
+        "excluded_nodes": "n3,n4",
+        "comment": "two words",
+    }
+
+
+def test_every_option_render_produces_translates(tmp_path: Path) -> None:
+    job = spec.load_job(
+        JOBS / "digits-ddp.yaml",
+        ["resources.account=a", "resources.qos=q", "array=0-3", "dependency=afterok:1", "begin=now+1hour",
+         "comment=hi there", "mail_type=[END,FAIL]", "mail_user=me@example.org", "resources.exclusive=true",
+         "resources.exclude=[node2]", "resources.nodelist=[node1]", "resources.nodes=1"],
+    )  # fmt: skip
+    batch = batch_options(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path)
+    assert pb.unsupported_options(batch) == []
+    description = SimpleNamespace()
+    pb.apply_options(description, batch)
+    assert description.mail_types == "END,FAIL" and description.required_nodes == "node1"
+    assert description.time_limit == 15
+
+
+@pytest.mark.parametrize(
+    ("batch", "named"),
+    [
+        ([[D("job-name", "x")], [D("nodes", "1")]], "hetjob"),
+        ([[D("job-name", "x"), D("export", "ALL,FOO=1")]], "--export"),
+        ([[D("job-name", "x"), D("hint", "nomultithread")]], "--hint"),
+    ],
+)
+def test_untranslatable_options_are_refused_not_dropped(batch: list[list[Directive]], named: str) -> None:
+    assert any(named in problem for problem in pb.unsupported_options(batch))
+    with pytest.raises(BackendError, match="command-line backend"):
+        pb.apply_options(SimpleNamespace(), batch)
+
+
+def test_bad_values_name_the_option() -> None:
+    with pytest.raises(BackendError, match="--signal"):
+        pb.apply_options(SimpleNamespace(), [[D("signal", "B:NOPE@10")]])
+
+
+def test_submit_without_options_is_refused(tmp_path: Path) -> None:
+    backend = pb.PyslurmBackend(SimpleNamespace())  # type: ignore[arg-type]
+    with pytest.raises(BackendError, match="command-line backend"):
+        backend.submit(tmp_path / "job.sh", tmp_path)
+
+
+def job(job_id: int, state: str, **extra: object) -> SimpleNamespace:
+    fields = {
+        "id": job_id, "state": state, "state_reason": "None", "exit_code": 0, "exit_code_signal": 0,
+        "allocated_nodes": "node1", "run_time": 75, "array_id": None, "heterogeneous_id": None,
+    }  # fmt: skip
+    return SimpleNamespace(**{**fields, **extra})
+
+
+class FakeJobs(dict):  # type: ignore[type-arg]
+    """Stands in for pyslurm.Jobs, whose values() yields every loaded job."""
+
+
+def fake_pyslurm(jobs: list[SimpleNamespace]) -> SimpleNamespace:
+    return SimpleNamespace(
+        Jobs=SimpleNamespace(load=lambda: FakeJobs({j.id: j for j in jobs})),
+        db=SimpleNamespace(JobFilter=dict, Jobs=SimpleNamespace(load=lambda f: [])),
+        PyslurmError=RuntimeError,
+    )
+
+
+def test_poll_is_one_load_and_merges_components_under_the_submitted_id() -> None:
+    loaded = [
+        job(10, "COMPLETED"),
+        job(20, "RUNNING", heterogeneous_id=20),
+        job(21, "FAILED", heterogeneous_id=20, exit_code=3),
+        job(31, "PENDING", array_id=30),
+        job(99, "RUNNING"),  # somebody else's job
+    ]
+    backend = pb.PyslurmBackend(fake_pyslurm(loaded))  # type: ignore[arg-type]
+    answer = backend.poll(["10", "20", "30", "77"])
+    assert {k: v.state for k, v in answer.items()} == {
+        "10": JobState.COMPLETED, "20": JobState.FAILED, "30": JobState.PENDING, "77": JobState.UNKNOWN,
+    }  # fmt: skip
+    assert answer["20"].exit_code == "3:0"
+    assert answer["10"].elapsed == "1:15"
+    assert backend.rpc_calls == {"load_jobs": 1, "db_load_jobs": 1}
+
+
+def test_elapsed_reads_like_squeue() -> None:
+    assert [pb.elapsed_text(s) for s in (None, 59, 3600, 90061)] == ["0:00", "0:59", "1:00:00", "1-01:01:01"]

@@ -1,0 +1,307 @@
+"""The supervisor's decisions (hpctrain.supervisor.supervise.decide/classify) and the restart history,
+without Slurm: examples for each rule, and hypothesis over arbitrary attempt histories."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, RunDir, append_line, attempts
+from hpctrain.rundir.attempts import History, run_summary, summarize, summary_line
+from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.spec.job import Restart
+from hpctrain.supervisor.supervise import (
+    Decision,
+    StepEnd,
+    attempt_task_errors,
+    classify,
+    decide,
+    set_aside_failures,
+)
+
+NODES = ["node1", "node2"]
+
+
+def start(attempt: int, nodes: list[str] = NODES) -> AttemptLine:
+    return AttemptLine(attempt=attempt, event="start", time=100.0 + attempt, job_id="7", nodes=nodes)
+
+
+def end(attempt: int, outcome: str, nodes: list[str] | None = None, **fields: object) -> AttemptLine:
+    return AttemptLine(
+        attempt=attempt, event="end", time=100.5 + attempt, job_id="7", outcome=outcome,
+        failed_nodes=nodes or [], **fields,  # type: ignore[arg-type]
+    )  # fmt: skip
+
+
+def history_of(*outcomes: str) -> History:
+    lines = []
+    for number, outcome in enumerate(outcomes):
+        lines += [start(number), end(number, outcome)]
+    return History(lines)
+
+
+def test_a_completed_step_is_done() -> None:
+    history = history_of("completed")
+    assert decide(history, history.ends[-1], Restart(), NODES, 2) == Decision("done")
+
+
+def test_a_rank_failure_is_relaunched_on_the_same_nodes() -> None:
+    history = history_of("rank_failure")
+    assert decide(history, history.ends[-1], Restart(), NODES, 2) == Decision(
+        "launch", nodes=("node1", "node2")
+    )
+
+
+def test_the_restart_budget_ends_the_job_with_the_step_status() -> None:
+    history = history_of("rank_failure", "hang", "rank_failure", "rank_failure")
+    assert decide(history, history.ends[-1], Restart(max=3), NODES, 2, status=137) == Decision("fail", 137)
+    assert decide(history, history.ends[-1], Restart(max=4), NODES, 2).action == "launch"
+
+
+def test_max_zero_fails_at_the_first_fault() -> None:
+    history = history_of("rank_failure")
+    assert decide(history, history.ends[-1], Restart(max=0), NODES, 2, status=1).action == "fail"
+
+
+def test_a_fault_left_out_of_restart_on_is_not_retried() -> None:
+    history = history_of("hang")
+    assert decide(history, history.ends[-1], Restart(on=["rank_failure"]), NODES, 2).action == "fail"
+
+
+def test_a_lost_node_shrinks_or_requeues_without_it() -> None:
+    history = History([start(0), end(0, "node_failure", ["node2"])])
+    last = history.ends[-1]
+    assert decide(history, last, Restart(), NODES, 2) == Decision("launch", nodes=("node1",))
+    assert decide(history, last, Restart(shrink=False), NODES, 2) == Decision("requeue", exclude=("node2",))
+    assert decide(history, last, Restart(min_nodes=2), NODES, 2) == Decision("requeue", exclude=("node2",))
+    # Without exclude_failed_nodes the lost node is still not launched on, but not excluded for good.
+    assert decide(history, last, Restart(shrink=False, exclude_failed_nodes=False), NODES, 2) == Decision(
+        "requeue"
+    )
+
+
+def test_preemption_and_preflight_requeue_without_counting_a_restart() -> None:
+    history = History([start(0), end(0, "preflight", ["node1"]), start(1), end(1, "preempted")])
+    assert decide(history, history.ends[-1], Restart(max=0), NODES, 2) == Decision(
+        "requeue", exclude=("node1",)
+    )
+    assert history.restarts() == []
+
+
+def test_the_first_attempt_of_an_allocation_avoids_excluded_nodes() -> None:
+    history = History([start(0), end(0, "hang", ["node1"])])
+    assert decide(history, None, Restart(shrink=False), NODES, 2) == Decision("requeue", exclude=("node1",))
+    assert decide(History(), None, Restart(), NODES, 2) == Decision("launch", nodes=("node1", "node2"))
+
+
+def failure(rank: int, error: str, step: int, when: float) -> FailureReport:
+    kind, _, message = error.partition(": ")
+    return FailureReport(rank=rank, hostname="node1", error_type=kind, message=message, step=step, time=when)
+
+
+def test_the_same_exception_at_the_same_step_twice_is_a_bug() -> None:
+    first = classify(StepEnd(1, failures=[failure(0, "ValueError: bad", 7, 2.0)]), start(0), History())
+    assert (first.outcome, first.step, first.error) == ("rank_failure", 7, "ValueError: bad")
+    history = History([start(0), first, start(1)])
+    again = classify(StepEnd(1, failures=[failure(1, "ValueError: bad", 7, 3.0)]), start(1), history)
+    assert again.outcome == "failed" and "again" in again.reason
+    elsewhere = classify(StepEnd(1, failures=[failure(1, "ValueError: bad", 8, 3.0)]), start(1), history)
+    assert elsewhere.outcome == "rank_failure"
+
+
+def test_the_earliest_report_is_the_cause() -> None:
+    reports = [
+        failure(2, "RuntimeError: Connection closed by peer", 5, 9.0),
+        failure(1, "KeyError: x", 5, 8.0),
+    ]
+    line = classify(StepEnd(1, failures=reports), start(0), History())
+    assert line.error == "KeyError: x" and "rank 1" in line.reason
+
+
+def test_a_raised_exception_is_blamed_before_an_earlier_lost_peer() -> None:
+    reports = [
+        failure(2, "RuntimeError: Read error [127.0.0.1]:3234: Connection reset by peer", 5, 7.0),
+        failure(1, "KeyError: x", 5, 8.0),
+    ]
+    killed = [FailedTask("3", "node2", "Killed")]  # srun's SIGKILL after KillWait: not the cause
+    line = classify(StepEnd(1, failures=reports, killed=killed), start(0), History())
+    assert line.error == "KeyError: x" and "rank 1" in line.reason
+
+
+def test_a_rank_killed_from_outside_is_blamed_not_the_peer_that_lost_it() -> None:
+    # kill -9 of rank 1 (seen in the soak): rank 0 reports gloo's reset, srun says rank 1 was Killed
+    peer = failure(
+        0, "RuntimeError: [pair.cc:537] Read error [127.0.0.1]:3234: Connection reset by peer", 9, 1.0
+    )
+    killed = [FailedTask("1", "node1", "Killed")]
+    line = classify(StepEnd(137, failures=[peer], killed=killed, latest_step=9), start(0), History())
+    assert line.outcome == "rank_failure" and line.step == 9
+    assert line.reason.startswith("rank 1 on node1: Killed") and "1 other rank(s) then lost" in line.reason
+    assert not line.error  # a signal from outside is not a bug: a second one is retried as well
+    again = classify(StepEnd(137, failures=[peer], killed=killed, latest_step=9), start(1), History([line]))
+    assert again.outcome == "rank_failure"
+
+
+def test_a_killed_rank_that_reported_first_is_not_silent() -> None:
+    reports = [failure(1, "RuntimeError: Connection closed by peer", 4, 1.0)]
+    line = classify(
+        StepEnd(1, failures=reports, killed=[FailedTask("1", "node1", "Killed")]), start(0), History()
+    )
+    assert "rank 1 on node1: RuntimeError" in line.reason
+
+
+def test_the_task_errors_of_an_attempt_are_those_after_its_line(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.logs.mkdir(parents=True)
+    (run.logs / "batch.log").write_text(
+        "hpctrain: attempt 3 on node1,node2, rendezvous node1:1\n"
+        "srun: error: node2: task 2: Killed\n"
+        "hpctrain: attempt 3 ended: rank_failure\n"
+        "hpctrain: attempt 4 on node1, rendezvous node1:2\n"
+        "srun: error: node1: tasks 0-1: Terminated\n"
+    )
+    assert attempt_task_errors(run, 4) == [
+        FailedTask("0", "node1", "Terminated"),
+        FailedTask("1", "node1", "Terminated"),
+    ]
+    assert [t.rank for t in attempt_task_errors(run, 3)] == ["2", "0", "1"]
+    assert attempt_task_errors(run, 5) == []
+
+
+def test_classification_order() -> None:
+    hang = HangReport(time=101.0, summary="rank 2 hung", step=130, hung=[RankState(rank=2, node="node2")])
+    assert classify(StepEnd(0, requeue_requested=True), start(0), History()).outcome == "preempted"
+    assert classify(StepEnd(0, completed=True), start(0), History()).outcome == "completed"
+    line = classify(StepEnd(137, hang=hang, lost_nodes=["node1"]), start(0), History())
+    assert (line.outcome, line.failed_nodes, line.step) == ("hang", ["node2"], 130)
+    line = classify(
+        StepEnd(137, lost_nodes=["node2"], failures=[failure(0, "E: x", 1, 1.0)]), start(0), History()
+    )
+    assert (line.outcome, line.failed_nodes) == ("node_failure", ["node2"])
+    assert classify(StepEnd(9), start(0), History()).reason == "step exited with code 9"
+    bad = StepEnd(3, preflight_bad=["node1"], preflight_requeue=True)
+    assert classify(bad, start(0), History()).outcome == "preflight"
+    bad.preflight_requeue = False
+    assert classify(bad, start(0), History()).outcome == "failed"
+
+
+def test_summary_line_and_run_summary(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    for line in [start(0), end(0, "hang", ["node2"], step=130), start(1), end(1, "node_failure", ["node2"])]:
+        append_line(run.attempts, line)
+    append_line(run.attempts, start(2))
+    run.attempts.open("ab").write(b'{"torn": \n')
+    summary = run_summary(run)
+    assert summary is not None
+    assert summary_line(summary) == "restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2"
+    assert History.read(run).open_attempt() == start(2)
+    assert run_summary(RunDir(tmp_path / "none")) is None
+
+
+def test_set_aside_failures_moves_the_reports(tmp_path: Path) -> None:
+    run = RunDir(tmp_path)
+    run.write_failure(FailureReport(rank=3))
+    run.hang_report.write_text("{}")
+    (run.failures / "stacks").mkdir()
+    set_aside_failures(run, 4)
+    assert sorted(p.name for p in (run.failures / "attempt-4").iterdir()) == ["hang.json", "rank-3.json"]
+    assert run.read_failures() == [] and (run.failures / "stacks").is_dir()
+
+
+OUTCOMES = st.sampled_from(
+    [attempts.COMPLETED, attempts.PREEMPTED, attempts.HANG, attempts.RANK_FAILURE, attempts.NODE_FAILURE,
+     attempts.PREFLIGHT, attempts.FAILED]
+)  # fmt: skip
+POLICIES = st.builds(
+    Restart,
+    max=st.integers(0, 5),
+    on=st.lists(st.sampled_from(list(attempts.FAULTS)), unique=True),
+    exclude_failed_nodes=st.booleans(),
+    shrink=st.booleans(),
+    min_nodes=st.one_of(st.none(), st.integers(1, 3)),
+)
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> History:
+    lines: list[AttemptLine] = []
+    for number in range(draw(st.integers(0, 8))):
+        nodes = draw(
+            st.lists(st.sampled_from(["node1", "node2", "node3"]), min_size=1, max_size=3, unique=True)
+        )
+        lines.append(start(number, nodes))
+        if draw(st.integers(0, 9)) == 0:
+            continue  # an attempt whose allocation was lost: no end line
+        failed = draw(st.lists(st.sampled_from(nodes), unique=True))
+        lines.append(end(number, draw(OUTCOMES), failed, step=draw(st.one_of(st.none(), st.integers(0, 50)))))
+    return History(lines)
+
+
+@given(
+    histories(),
+    POLICIES,
+    st.lists(st.sampled_from(["node1", "node2", "node3"]), unique=True),
+    st.integers(1, 3),
+)
+def test_decisions_keep_their_promises(
+    history: History, policy: Restart, allocation: list[str], planned: int
+) -> None:
+    last = history.ends[-1] if history.ends else None
+    decision = decide(history, last, policy, allocation, planned, status=5)
+    excluded = set(history.excluded(policy.exclude_failed_nodes))
+    assert decision.action in ("launch", "requeue", "done", "fail")
+    if decision.action == "launch":
+        # Never on an excluded or just-lost node, never on more nodes than asked, never on none.
+        assert decision.nodes and len(decision.nodes) <= planned
+        assert not excluded & set(decision.nodes) and set(decision.nodes) <= set(allocation)
+        if len(decision.nodes) < planned:
+            assert policy.shrink and len(decision.nodes) >= (policy.min_nodes or 1)
+        if last is not None and last.outcome == attempts.NODE_FAILURE:
+            assert not set(last.failed_nodes) & set(decision.nodes)
+    if decision.action == "requeue":
+        assert set(decision.exclude) == excluded
+    if last is not None and last.outcome in attempts.FAULTS and decision.action in ("launch", "requeue"):
+        # A restart happens only within the budget and for a fault the policy names.
+        assert len(history.restarts()) <= policy.max and last.outcome in policy.on
+    if last is not None and last.outcome == attempts.FAILED:
+        assert decision == Decision("fail", 5)
+    if decision.action == "fail":
+        assert decision.code == 5
+    summary = summarize(history, policy.max, policy.exclude_failed_nodes)
+    assert summary.restarts == len(history.restarts()) and summary_line(summary).startswith("restarts: ")
+
+
+def test_release_waits_for_the_requeue_to_settle_and_drops_a_dead_pin(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The login-side release of a requeued run (scontrol's answers given as text)."""
+    from hpctrain.scheduler.slurm import nodes as slurm_nodes
+
+    run = RunDir(tmp_path)
+    append_line(run.attempts, start(0, ["node2"]))  # the allocation was lost: no end line
+    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 30))
+    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 90))
+    answers = {
+        "job": f"JobId=7 SubmitTime={stamp} StartTime={later} ReqNodeList=node2 ExcNodeList=(null)",
+        "node": "NodeName=node2 State=DOWN+NOT_RESPONDING",
+    }
+    sent: list[list[str]] = []
+
+    def quiet(argv: list[str], timeout: float = 30.0) -> str:
+        sent.append(argv)
+        return answers.get(argv[2], "") if argv[1] == "show" else ""
+
+    monkeypatch.setattr(slurm_nodes, "quiet", quiet)
+    assert not slurm_nodes.release_requeued(run, "7", "PENDING", "Priority")
+    assert slurm_nodes.release_requeued(run, "7", "PENDING", "BeginTime")
+    assert sent[-1] == [
+        "scontrol", "update", "jobid=7", "StartTime=now", "ExcNodeList=node2", "ReqNodeList=",
+    ]  # fmt: skip
+    # Just requeued (SubmitTime now), or already about to start: left alone.
+    answers["job"] = answers["job"].replace(stamp, time.strftime("%Y-%m-%dT%H:%M:%S"))
+    assert not slurm_nodes.release_requeued(run, "7", "PENDING", "BeginTime")
+    assert not slurm_nodes.release_requeued(RunDir(tmp_path / "fresh"), "8", "PENDING", "BeginTime")
