@@ -35,7 +35,7 @@ def run_cli(
     )
 
 
-# Hypothesis: the property tests of hostile input (tests/unit/spec/test_properties.py and the other property tests) run 2,000 examples
+# Hypothesis: property tests of hostile input (tests/unit/spec/test_properties.py, ...) run 2,000 examples
 # per property by default, as CI needs; HYPOTHESIS_PROFILE=dev runs 100 for a quick local loop.
 # No deadline: examples render templates and the shared 2-core machine makes timings noisy. No example
 # database: a failure prints its falsifying example, and the checkout stays clean.
