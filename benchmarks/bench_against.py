@@ -32,16 +32,22 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parents[1]
 
 # Run inside the measured tree: its own test launcher, its own hpctrain (same API in both trees).
+# The layout table's test module: tests/unit/runtime/parallel/ now, tests/unit/ in older trees.
+LAYOUTS_IMPORT = """try:
+    from tests.unit.runtime.parallel.test_training import LAYOUTS, run_layout
+except ImportError:
+    from test_parallel_training import LAYOUTS, run_layout
+"""
 LAYOUT_STEP = """
 import json, statistics, sys, tempfile
 from pathlib import Path
-from test_parallel_training import LAYOUTS, run_layout
+LAYOUTS_IMPORT
 name, steps, options = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
 with tempfile.TemporaryDirectory() as tmp:
     records = run_layout(Path(tmp) / name, LAYOUTS[name], steps=steps, batch_size=16, options=options)
 times = [r["step_time_s"] for r in records if r["kind"] == "train"][2:]
 print(json.dumps(statistics.median(times)))
-"""
+""".replace("LAYOUTS_IMPORT\n", LAYOUTS_IMPORT)
 
 
 def tree_env(tree: Path) -> dict[str, str]:
@@ -60,7 +66,7 @@ def run(tree: Path, argv: list[str], timeout: float) -> str:
 
 
 def layout_names(tree: Path) -> list[str]:
-    code = "import json; from test_parallel_training import LAYOUTS; print(json.dumps(list(LAYOUTS)))"
+    code = LAYOUTS_IMPORT + "import json\nprint(json.dumps(list(LAYOUTS)))"
     return json.loads(run(tree, ["-c", code], 120))
 
 

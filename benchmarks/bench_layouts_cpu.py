@@ -21,10 +21,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # The launcher and layout table are the unit tests' (tests/unit/runtime/parallel/test_training.py).
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
 sys.path.insert(0, str(ROOT))
 
-from test_parallel_training import LAYOUTS, memory, run_layout  # noqa: E402
+from tests.unit.runtime.parallel.test_training import LAYOUTS, memory, run_layout  # noqa: E402
 
 
 def measure(name: str, parallel: dict[str, Any], options: dict[str, Any], steps: int, folder: Path) -> dict:
