@@ -13,6 +13,12 @@ def one_line(text: str) -> str:
     return _CONTROL.sub(lambda m: repr(m.group())[1:-1], text)
 
 
+def printable(text: str) -> str:
+    """Text read from a run directory, shown escaped on one line when it holds anything unprintable
+    (terminal escapes, newlines, C1 controls): a file cannot drive the terminal of whoever reads it."""
+    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
+
+
 class HpctrainError(Exception):
     """Base of every error the CLI reports as one line instead of a traceback."""
 

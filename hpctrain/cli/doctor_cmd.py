@@ -25,7 +25,7 @@ def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
     from hpctrain import spec
-    from hpctrain.cli.common import table
+    from hpctrain.cli.view.table import table
     from hpctrain.scheduler.slurm.facts import ClusterFacts
     from hpctrain.site import doctor
     from hpctrain.site.lookup import locate

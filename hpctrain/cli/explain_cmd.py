@@ -41,7 +41,7 @@ def rows_of(what: str, field: str) -> list[list[str]]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.cli.common import table
+    from hpctrain.cli.view.table import table
     from hpctrain.errors import SpecError
 
     rows = rows_of(args.what, args.field)

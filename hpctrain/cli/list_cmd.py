@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
-    from hpctrain.cli.common import print_json, table
+    from hpctrain.cli.view.table import print_json, table
     from hpctrain.runs.index import Index
 
     limit = None if args.all else max(args.limit, 1)

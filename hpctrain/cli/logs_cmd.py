@@ -12,9 +12,8 @@ from pathlib import Path
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.runs.index import Run
+from hpctrain.runs.logs import CHUNK
 
-# What one read copies at most: a log that grows by gigabytes is streamed, never held whole.
-CHUNK = 1 << 20
 MAX_TAIL = 64 << 20
 
 
@@ -57,8 +56,8 @@ def log_root(root: RunDir, element: int | None = None) -> RunDir:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.cli.status_cmd import select
     from hpctrain.rundir import TAIL_BYTES, tail_lines
+    from hpctrain.runs.status import select
 
     run_ = select([args.job])[0]
     root = RunDir(run_.run_dir)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpctrain.cli.common import add_job_arguments
+from hpctrain.cli.view.arguments import add_job_arguments
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

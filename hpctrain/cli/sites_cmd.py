@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
-    from hpctrain.cli.common import print_json, table
+    from hpctrain.cli.view.table import print_json, table
     from hpctrain.site.lookup import listing, search_path
 
     entries = listing(describe=not args.names)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from hpctrain.cli.common import add_job_arguments, print_json
+from hpctrain.cli.view.arguments import add_job_arguments
+from hpctrain.cli.view.table import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -37,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"  run directory: {run_.run_dir}")
     if not args.wait:
         return 0
-    from hpctrain.cli.status_cmd import wait_for
+    from hpctrain.cli.view.status import wait_for
 
     final = wait_for([run_], quiet=args.json)
     return 0 if final and all(s.state == "COMPLETED" for s in final) else 1

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from hpctrain.cli.common import add_job_arguments, print_json, table
+from hpctrain.cli.view.arguments import add_job_arguments
+from hpctrain.cli.view.table import print_json, table
 from hpctrain.errors import SpecError
 
 ACTIONS = ("status", "cancel", "report")
@@ -39,7 +40,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("min", "max"), help="Lower or higher metric is better.")
     add_status_arguments(parser)
     parser.add_argument(
-        "--out", type=Path, help="report: the PNG to write (default: in the sweep's run dir)."
+        "--out",
+        type=Path,
+        help="report: its folder, or FILE.png for the metric-per-parameter figure "
+        "(default: report/ in the sweep's run dir).",
     )
 
 
@@ -194,17 +198,15 @@ def cancel(keys: list[str], args: argparse.Namespace) -> int:
 
 
 def report(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.cli.sweep_report import plot
-    from hpctrain.sweep.status import survey
+    """The same report as `hpctrain report SWEEP` (hpctrain.report.sweep)."""
+    from hpctrain.cli.view.report import show
+    from hpctrain.report.sweep import report_sweep
 
     found = _sweeps(keys)
     if len(found) != 1:
         raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
-    root, _ = found[0]
-    (summary,) = survey(found)
-    out = plot(summary, args.out or root / "sweep-report.png")
-    print(summary_line(summary))
-    print(f"plot: {out}")
+    root, record = found[0]
+    show(report_sweep(root, record, args.out))
     return 0
 
 

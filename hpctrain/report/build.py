@@ -15,6 +15,8 @@ from hpctrain.report.summary import Page, Subject
 from hpctrain.rundir import RunDir
 
 SUMMARY = "report.md"
+# Where a report goes unless told: this folder in the run directory.
+FOLDER = "report"
 Figure = Callable[[RunSeries, Path, str], "Path | None"]
 
 

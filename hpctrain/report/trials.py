@@ -1,12 +1,18 @@
-"""Several runs on one figure: the trials of a sweep (or the elements of an array job), one colour each."""
+"""Several runs on one figure: the trials of a sweep (or the elements of an array job), one colour each,
+and a sweep's ranking metric against each swept parameter."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.report.columns import by_step
 from hpctrain.report.plotting import colormap, empty_panel, plain, save, sheet
 from hpctrain.report.series import RunSeries
+
+if TYPE_CHECKING:
+    from hpctrain.sweep.grid import Value
+    from hpctrain.sweep.status import SweepStatus
 
 # Trials drawn with a legend entry; the others are drawn in grey, unlabelled.
 LABELLED = 12
@@ -48,3 +54,42 @@ def trials_figure(
         more = f" ({unlabelled} more in grey)" if unlabelled else ""
         drawing.fig.suptitle(f"{title}: {len(trials)} trials{more}")
         return save(drawing.fig, path)
+
+
+def parameters_figure(sweep: SweepStatus, path: Path) -> Path:
+    """One panel per swept parameter: every trial with a metric is a point, the best one is ringed."""
+    done = [t for t in sweep.trials if t.metric is not None]
+    params = list(sweep.trials[0].params) if sweep.trials else []
+    panels = max(1, len(params))
+    with sheet(4.2 * panels, 3.6, 1, panels) as drawing:
+        for axis, param in zip(drawing.axes[0], params, strict=False):
+            values = [t.params[param] for t in done]
+            numeric = _numeric(values)
+            labels = sorted({str(v) for v in values})
+
+            def where(value: Value, numeric: bool = numeric, labels: list[str] = labels) -> float:
+                return float(value) if numeric else float(labels.index(str(value)))  # type: ignore[arg-type]
+
+            if numeric:
+                positive = [v for v in values if v > 0]  # type: ignore[operator]
+                if positive and len(positive) == len(values) and max(positive) / min(positive) >= 10:
+                    axis.set_xscale("log")
+            else:
+                axis.set_xticks(range(len(labels)), [plain(label) for label in labels])
+            axis.scatter([where(v) for v in values], [t.metric for t in done], color="tab:blue", alpha=0.8)
+            if sweep.best is not None:
+                best = where(sweep.best.params[param])
+                axis.scatter([best], [sweep.best.metric], s=160, facecolors="none", edgecolors="tab:red")
+            axis.set_xlabel(plain(param))
+            axis.set_ylabel(plain(sweep.metric))
+        better = "lower" if sweep.mode == "min" else "higher"
+        drawing.fig.suptitle(
+            f"sweep {plain(sweep.name)}: {len(done)}/{len(sweep.trials)} trials with {plain(sweep.metric)} "
+            f"({better} is better; best ringed)",
+            fontsize=10,
+        )
+        return save(drawing.fig, path)
+
+
+def _numeric(values: list[Value]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import msgspec
 
+from hpctrain.errors import printable
 from hpctrain.rundir import HangReport, Heartbeat, RunDir, Unreadable, read_json
 
 SILENT_AFTER_S = 20.0
@@ -35,10 +36,6 @@ class Health(msgspec.Struct, omit_defaults=True):
     unreadable: list[str] = []
 
 
-def _printable(text: str) -> str:
-    return text if text.isprintable() else text.encode("unicode_escape").decode("ascii")
-
-
 def silent_nodes(beats: list[Heartbeat], now: float) -> dict[str, float]:
     """Nodes of the newest attempt whose heartbeat is overdue, with its age in seconds."""
     newest = max((b.attempt or 0 for b in beats), default=0)
@@ -49,7 +46,7 @@ def silent_nodes(beats: list[Heartbeat], now: float) -> dict[str, float]:
         limit = max(SILENT_AFTER_S, 3 * (beat.interval or 0.0))
         age = now - beat.time
         if age > limit:
-            found[_printable(beat.node)] = round(age, 1)
+            found[printable(beat.node)] = round(age, 1)
     return found
 
 
@@ -60,20 +57,24 @@ def health(run_dir: Path | str, state: str, now: float | None = None) -> Health:
     result = Health()
     report = read_json(run.hang_report, HangReport)
     if isinstance(report, HangReport):
-        result.hung = _printable(report.summary)
-        result.stacks = _printable(report.stacks or str(run.stacks))
+        result.hung = printable(report.summary)
+        result.stacks = printable(report.stacks or str(run.stacks))
     elif isinstance(report, Unreadable):
-        result.unreadable.append(_printable(str(report)))
+        result.unreadable.append(printable(str(report)))
     if state == RUNNING:
         beats = run.read_heartbeats()
         result.silent_nodes = silent_nodes([b for b in beats if isinstance(b, Heartbeat)], now)
-        result.unreadable += [_printable(str(b)) for b in beats if isinstance(b, Unreadable)][:SHOWN_NODES]
+        result.unreadable += [printable(str(b)) for b in beats if isinstance(b, Unreadable)][:SHOWN_NODES]
     return result
 
 
 def lines(run_dir: Path | str, state: str, now: float | None = None) -> list[str]:
+    """The status lines of a run directory read now (see `describe`)."""
+    return describe(health(run_dir, state, now))
+
+
+def describe(found: Health) -> list[str]:
     """The status lines: HUNG with the stacks' folder, not progressing with the silent nodes."""
-    found = health(run_dir, state, now)
     out = []
     if found.hung is not None:
         out.append(f"HUNG: {found.hung}; stacks: {found.stacks}")

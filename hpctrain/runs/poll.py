@@ -1,11 +1,9 @@
-"""The watcher: one scheduler query per backend for all tracked jobs, progress read from run directories."""
+"""The poll: one scheduler query per backend for all tracked jobs, progress read from run directories."""
 
 from __future__ import annotations
 
-import time
 from collections import defaultdict
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import msgspec
@@ -40,8 +38,6 @@ FAILURE_STATES = (
     JobState.CANCELLED,
 )
 FAILURE_NAMES = frozenset(s.value for s in FAILURE_STATES)
-# A poll loop never asks the controller more often than this: admins of shared clusters care.
-MIN_INTERVAL_S = 5.0
 # Lines read back past the latest train line looking for the latest eval line.
 LOOK_BACK = 16
 # How a per-rank times line starts (msgspec writes the tag first).
@@ -64,21 +60,12 @@ class Progress(msgspec.Struct, omit_defaults=True):
     """One line per file (or metrics file) that did not decode."""
 
 
-class Element(msgspec.Struct):
-    """One element of a job array: its index, its state, its own run directory's progress."""
-
-    index: int
-    state: str
-    progress: Progress
-    run_dir: str
-
-
 @dataclass
-class RunStatus:
+class PolledRun:
+    """A tracked run and what this poll's scheduler query said of it (None: not asked, or not known)."""
+
     run: Run
     info: JobInfo | None
-    progress: Progress = field(default_factory=Progress)
-    elements: list[Element] = field(default_factory=list)
 
     @property
     def state(self) -> str:
@@ -100,7 +87,7 @@ def ended(run: Run) -> bool:
     return False
 
 
-def refresh(index: Index, runs: list[Run]) -> list[RunStatus]:
+def refresh(index: Index, runs: list[Run]) -> list[PolledRun]:
     """Poll every run that has not ended, one query per backend, and record state changes."""
     pending: dict[str, list[Run]] = defaultdict(list)
     for run in runs:
@@ -121,7 +108,7 @@ def refresh(index: Index, runs: list[Run]) -> list[RunStatus]:
             infos[run.run_id] = info
             changes.append((run, info.state.value, info.reason))
     index.update_states(changes)
-    return [RunStatus(run, infos.get(run.run_id)) for run in runs]
+    return [PolledRun(run, infos.get(run.run_id)) for run in runs]
 
 
 def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:
@@ -148,7 +135,7 @@ def _from_run_dir(run: Run, info: JobInfo) -> JobInfo:
         code = codes[-1].code
         state = JobState.COMPLETED if code == "0" else JobState.FAILED
         return JobInfo(info.job_id, state, exit_code=code, source="run dir (no accounting)")
-    ends = {str(i): _exit_state(root.element(i)) for i in root.elements()}
+    ends = {str(i): exit_state(root.element(i)) for i in root.elements()}
     states = {k: v for k, v in ends.items() if v is not None}
     if states and len(states) == len(ends):
         folded = fold_elements(states.values())
@@ -156,7 +143,7 @@ def _from_run_dir(run: Run, info: JobInfo) -> JobInfo:
     return info
 
 
-def _exit_state(element: RunDir) -> JobState | None:
+def exit_state(element: RunDir) -> JobState | None:
     """An array element's end, from the exit code its batch script appended (its own job id)."""
     codes = element.read_exit_codes()
     if not codes:
@@ -236,56 +223,6 @@ def _read_metrics(run_dir: RunDir, out: Progress) -> None:
 
 def progress(run_dir: Path | RunDir) -> Progress:
     return read_progress(run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir))
-
-
-def elements(root: RunDir, info: JobInfo | None) -> list[Element]:
-    """Each started array element, with its state from the scheduler or else its recorded exit code."""
-    states = info.elements if info else {}
-    out = []
-    for index in root.elements():
-        element = root.element(index)
-        state = states.get(str(index)) or _exit_state(element)
-        out.append(Element(index, state.value if state else "-", read_progress(element), str(element.root)))
-    return out
-
-
-def observe(index: Index, runs: list[Run], brief: bool = False) -> list[RunStatus]:
-    """One poll: states from the scheduler, progress (and array elements) from the run directories.
-
-    With `brief`, runs that did not fail and have a result are read no further (see read_progress).
-    """
-    statuses = refresh(index, runs)
-    for status in statuses:
-        root = RunDir(status.run.run_dir, snapshot=True)
-        status.progress = read_progress(root, brief and status.state not in FAILURE_NAMES)
-        if status.progress.result is None or not brief:
-            status.elements = elements(root, status.info)
-    return statuses
-
-
-def wait_until_done(
-    runs: list[Run],
-    on_poll: Callable[[list[RunStatus], bool], None] | None = None,
-    interval: float = MIN_INTERVAL_S,
-    index: Index | None = None,
-) -> list[RunStatus]:
-    """Poll until every run has ended; `on_poll(statuses, done)` sees each poll (e.g. to print).
-
-    The first poll comes after one second (short jobs often end within seconds), then the delay
-    doubles up to `interval`, never below MIN_INTERVAL_S.
-    """
-    interval = max(interval, MIN_INTERVAL_S)
-    index = index or Index()
-    delay = 1.0
-    while True:
-        statuses = observe(index, runs)
-        done = all(ended(s.run) for s in statuses)
-        if on_poll is not None:
-            on_poll(statuses, done)
-        if done:
-            return statuses
-        time.sleep(delay)
-        delay = min(interval, delay * 2)
 
 
 def failed_tasks(run_dir: Path | RunDir, max_tasks: int = MAX_RANGE) -> list[FailedTask]:

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
 if TYPE_CHECKING:
-    from hpctrain.runs.poll import Progress, RunStatus
+    from hpctrain.runs.poll import Progress
+    from hpctrain.runs.status import RunStatus
 
 
 @dataclass(frozen=True)
@@ -64,11 +65,10 @@ def rows(statuses: list[RunStatus]) -> list[JobProgress]:
     """One entry per job, and one per started element of an array job."""
     out = []
     for status in statuses:
-        run = status.run
-        label = f"{run.job_id or '-'} {run.name}"
-        out.append(job_progress(label, run.state, status.progress))
+        label = f"{status.job_id or '-'} {status.name}"
+        out.append(job_progress(label, status.state, status.progress))
         for element in status.elements:
-            out.append(job_progress(f"{run.job_id}_{element.index}", element.state, element.progress))
+            out.append(job_progress(f"{status.job_id}_{element.index}", element.state, element.progress))
     return out
 
 

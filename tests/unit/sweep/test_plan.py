@@ -211,7 +211,7 @@ def test_status_ranks_trials_by_result_then_by_metrics_so_far(tmp_path: Path) ->
 
 def test_report_plots_the_metric_against_each_parameter(tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the report verb needs matplotlib")
-    from hpctrain.cli.sweep_report import plot
+    from hpctrain.report.trials import parameters_figure as plot
 
     record = make_record(3, [sweep.ArrayChunk(offset=0, count=3, job_id="7")])
     for index in range(3):

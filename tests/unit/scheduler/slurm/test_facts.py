@@ -73,3 +73,11 @@ def test_arbitrary_text_gives_value_or_parse_error(parse: object, text: str) -> 
         parse(text)  # type: ignore[operator]
     except sf.SlurmParseError as err:
         assert str(err)
+
+
+@given(st.from_regex(r"[0-9,\-]{0,80}", fullmatch=True))
+def test_task_ranks_never_raises_and_stays_small(text: str) -> None:
+    """srun's task list, whatever digits, dashes and commas it holds: no ValueError, no huge list."""
+    ranks = sf.task_ranks(text)
+    assert len(ranks) <= (text.count(",") + 1) * sf.MAX_RANGE
+    assert all(rank for rank in ranks)

@@ -1,0 +1,43 @@
+"""Plain-text output the verbs share: aligned tables, JSON, numbers and ages."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+
+def print_json(data: Any) -> None:
+    json.dump(data, sys.stdout, indent=2, default=str)
+    sys.stdout.write("\n")
+
+
+def table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [len(h) for h in header]
+    for row in rows:
+        widths = [max(w, len(c)) for w, c in zip(widths, row, strict=True)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)).rstrip()]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows]
+    return "\n".join(lines)
+
+
+def ago(timestamp: float) -> str:
+    seconds = max(0, int(time.time() - timestamp))
+    if seconds < 120:
+        return f"{seconds}s ago"
+    if seconds < 7200:
+        return f"{seconds // 60}m ago"
+    if seconds < 172800:
+        return f"{seconds // 3600}h ago"
+    return f"{seconds // 86400}d ago"
+
+
+def number(value: float | int | str | None, spec: str = ".4g") -> str:
+    """A number as `spec` formats it, `-` for none, and text that is not a number as it is."""
+    if value is None:
+        return "-"
+    try:
+        return format(float(value), spec)
+    except (TypeError, ValueError):
+        return str(value)

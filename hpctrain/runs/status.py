@@ -1,0 +1,252 @@
+"""The status model: one poll of tracked runs, returned as typed run statuses that the CLI only formats.
+
+`poll_statuses` asks the scheduler once per backend (hpctrain.runs.poll), reads each run directory
+and assembles a :class:`RunStatus`: state, progress, array elements, restarts, the watchdog's health
+and who failed and why. `status --json` is these structs encoded; the table is drawn from them.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+
+import msgspec
+
+from hpctrain.errors import HpctrainError
+from hpctrain.rundir import RestartSummary, RunDir, tail_lines
+from hpctrain.rundir.attempts import run_summary
+from hpctrain.runs import health
+from hpctrain.runs.health import Health
+from hpctrain.runs.index import Index, Run
+from hpctrain.runs.poll import (
+    FAILURE_NAMES,
+    PolledRun,
+    Progress,
+    ended,
+    exit_state,
+    failed_tasks,
+    read_progress,
+    refresh,
+)
+from hpctrain.scheduler.base import JobInfo
+from hpctrain.scheduler.slurm.facts import FailedTask
+
+# A poll loop never asks the controller more often than this: admins of shared clusters care.
+MIN_INTERVAL_S = 5.0
+# Failed ranks explained with their log tails; the rest are counted (a thousand dead ranks say no more).
+SHOWN_FAILURES = 8
+# Lines of a failed rank's log shown under it.
+LOG_TAIL_LINES = 5
+HANG_KILLED = "ended by the watchdog after the hang (Killed)"
+
+
+class NotTracked(HpctrainError):
+    """A job id or run id that hpctrain has no record of."""
+
+    exit_code = 1
+
+
+class FailedRank(msgspec.Struct, omit_defaults=True):
+    """One failed rank as status explains it: where, why (the runtime's report, else srun's word),
+    and the last lines of its log."""
+
+    rank: str
+    node: str
+    cause: str
+    log_tail: list[str] = []
+
+
+class FailedRanks(msgspec.Struct, omit_defaults=True):
+    """Who failed in one run directory: the first ranks srun named, ranks that only the runtime
+    reported, and how many more srun named (`failed_tasks` lists them all)."""
+
+    named: list[FailedRank] = []
+    reported: list[FailedRank] = []
+    more: int = 0
+    batch_log: str = ""
+    """Where to look when neither srun nor the runtime named anyone."""
+
+
+class Element(msgspec.Struct, omit_defaults=True):
+    """One started element of a job array: its state and its own run directory's progress."""
+
+    index: int
+    state: str
+    progress: Progress
+    run_dir: str
+    restarts: RestartSummary | None = None
+    failed_ranks: FailedRanks | None = None
+
+
+class RunStatus(msgspec.Struct, omit_defaults=True):
+    """One tracked run as `hpctrain status` shows it; encoded, one entry of `status --json`."""
+
+    job_id: str | None
+    run_id: str
+    name: str
+    site: str
+    backend: str
+    state: str
+    reason: str
+    submitted_at: float
+    run_dir: str
+    nodes: str
+    """Where it runs (the scheduler's node list); empty when not polled."""
+    elapsed: str
+    exit_code: str
+    source: str
+    """Where the state came from (squeue, sacct, scontrol, local; `cache`: the index, not polled)."""
+    progress: Progress
+    elements: list[Element] = []
+    restarts: RestartSummary | None = None
+    failed_tasks: list[FailedTask] | None = None
+    """srun's word on every task that died (failed states only)."""
+    health: Health | None = None
+    """The watchdog's diagnosis and silent nodes, when there is any."""
+    failed_ranks: FailedRanks | None = None
+
+
+def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
+    """The runs named by job id or run id (some unknown: a warning; all unknown: an error), else recent."""
+    index = index or Index()
+    if keys:
+        runs, missing = index.find(keys)
+        if missing:
+            message = f"not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)"
+            if not runs:
+                raise NotTracked(message)
+            print(f"hpctrain: warning: {message}", file=sys.stderr)
+        return runs
+    if everything:
+        return index.runs()
+    # Without --all: runs still active or ended within a day, read from the journal alone.
+    return index.recent()
+
+
+def poll_statuses(runs: list[Run], brief: bool = False, index: Index | None = None) -> list[RunStatus]:
+    """One poll: states from the scheduler, everything else from the run directories.
+
+    With `brief` (the table of many runs), an ended run that did not fail and has a result is read
+    no further than result.json, and only runs that failed, run or have elements are explained.
+    """
+    polled = refresh(index or Index(), runs)
+    release_requeued_runs(polled)
+    return [assemble(one, brief) for one in polled]
+
+
+def wait_until_ended(
+    runs: list[Run],
+    on_poll: Callable[[list[RunStatus], bool], None] | None = None,
+    interval: float = MIN_INTERVAL_S,
+    index: Index | None = None,
+) -> list[RunStatus]:
+    """Poll until every run has ended; `on_poll(statuses, done)` sees each poll (e.g. to draw it).
+
+    The first poll comes after one second (short jobs often end within seconds), then the delay
+    doubles up to `interval`, never below MIN_INTERVAL_S.
+    """
+    interval = max(interval, MIN_INTERVAL_S)
+    index = index or Index()
+    delay = 1.0
+    while True:
+        statuses = poll_statuses(runs, index=index)
+        done = all(ended(run) for run in runs)
+        if on_poll is not None:
+            on_poll(statuses, done)
+        if done:
+            return statuses
+        time.sleep(delay)
+        delay = min(interval, delay * 2)
+
+
+def release_requeued_runs(polled: list[PolledRun]) -> None:
+    """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
+    the dead node (hpctrain.scheduler.slurm.nodes): nothing inside the job is left to do it."""
+    from hpctrain.scheduler.slurm.nodes import release_requeued
+
+    for one in polled:
+        if one.info is not None and one.run.job_id and one.run.backend != "local":
+            info = one.info
+            release_requeued(RunDir(one.run.run_dir), one.run.job_id, info.state.value, info.reason)
+
+
+def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:
+    """The typed status of one polled run (see `poll_statuses` for `brief`)."""
+    run, info = polled.run, polled.info
+    root = RunDir(run.run_dir, snapshot=True)
+    failing = run.state in FAILURE_NAMES
+    progress = read_progress(root, brief and not failing)
+    status = RunStatus(
+        job_id=run.job_id,
+        run_id=run.run_id,
+        name=run.name,
+        site=run.site,
+        backend=run.backend,
+        state=run.state,
+        reason=run.reason,
+        submitted_at=run.submitted_at,
+        run_dir=str(run.run_dir),
+        nodes=info.nodes if info else "",
+        elapsed=info.elapsed if info else "",
+        exit_code=info.exit_code if info else "",
+        source=info.source if info else "cache",
+        progress=progress,
+    )
+    if not brief or progress.result is None:
+        status.elements = read_elements(root, info)
+    if not brief or failing or status.elements or progress.unreadable:
+        status.restarts = run_summary(root)
+    if failing:
+        tasks = failed_tasks(root)
+        status.failed_tasks = tasks
+        # An array's own directory holds no training: its elements tell what failed.
+        if not status.elements:
+            status.failed_ranks = explain_failures(root, progress, status.restarts, tasks)
+    if not brief or failing or run.state == health.RUNNING:  # not a file read per ended run
+        found = health.health(run.run_dir, run.state)
+        status.health = found if msgspec.to_builtins(found) else None
+    return status
+
+
+def read_elements(root: RunDir, info: JobInfo | None) -> list[Element]:
+    """Each started array element: its state from the scheduler or else its recorded exit code,
+    its progress, restarts and, if it failed, who failed."""
+    states = info.elements if info else {}
+    out = []
+    for index in root.elements():
+        element = root.element(index)
+        found = states.get(str(index)) or exit_state(element)
+        state = found.value if found else "-"
+        progress = read_progress(element)
+        restarts = run_summary(element)
+        failed = None
+        if state in FAILURE_NAMES:
+            failed = explain_failures(element, progress, restarts, failed_tasks(element))
+        out.append(Element(index, state, progress, str(element.root), restarts, failed))
+    return out
+
+
+def explain_failures(
+    root: RunDir, progress: Progress, restarts: RestartSummary | None, tasks: list[FailedTask]
+) -> FailedRanks:
+    """srun's failed tasks joined with the runtime's failure reports (its error text wins); ranks
+    the watchdog killed after a hang are said to be so, not to have failed on their own."""
+    reported = {str(f.rank): f for f in progress.failures}
+    hung = restarts is not None and restarts.last_outcome == "hang"
+    named = []
+    for task in tasks[:SHOWN_FAILURES]:
+        report = reported.get(task.rank)
+        cause = report.error if report else task.error
+        if hung and not report and task.error == "Killed":
+            cause = HANG_KILLED
+        tail = tail_lines(root.rank_log(task.rank), LOG_TAIL_LINES) if task.rank.isdigit() else []
+        named.append(FailedRank(task.rank, task.node, cause, tail))
+    seen = {t.rank for t in tasks}
+    only_reported = [
+        FailedRank(rank, failure.hostname or "?", failure.error)
+        for rank, failure in list(reported.items())[:SHOWN_FAILURES]
+        if rank not in seen
+    ]
+    more = max(0, len(tasks) - SHOWN_FAILURES)
+    return FailedRanks(named, only_reported, more, str(root.batch_log))

@@ -1,0 +1,185 @@
+"""`hpctrain status` over odd run directories: the cases of issue 9 that crashed or hung, arrays."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from hpctrain.rundir import AttemptLine, FailureReport, Result, RunDir, WorkerStats, append_line, metric_line
+from tests.conftest import run_cli
+from tests.unit.tracked_runs import Outcome, cli, home_env, track
+
+
+@pytest.fixture
+def home(hpctrain_home: Path) -> Path:
+    with home_env(hpctrain_home):
+        yield hpctrain_home
+
+
+def status(*args: str) -> Outcome:
+    outcome = cli("status", *args)
+    assert outcome.code in (0, 1, 2) and "Traceback" not in outcome.stderr, outcome
+    return outcome
+
+
+def with_neighbour(home: Path) -> RunDir:
+    """A healthy completed job that every other case must leave visible."""
+    good = track(home, "500", "COMPLETED", name="healthy")
+    good.write_result(Result(step=5, steps=5, final_loss=0.125))
+    return good
+
+
+# (file, content) pairs of issue 9 that crashed or hung `hpctrain status`.
+CASES = {
+    "result-list": ("result.json", b"[1]"),
+    "kind-list": ("metrics.jsonl", b'{"kind":["train"]}\n'),
+    "samples-per-s-text": ("metrics.jsonl", b'{"kind":"train","step":3,"samples_per_s":"n/a"}\n'),
+    "memory-rank-all": ("metrics.jsonl", b'{"kind":"memory","rank":"all","rank_bytes":{}}\n'),
+    "deep-result": ("result.json", b"[" * 100_000),
+    "deep-metrics": ("metrics.jsonl", b"[" * 100_000 + b"\n"),
+    "failure-list": ("failures/0.json", b"[1, 2]"),
+    "huge-range": ("logs/batch.log", b"srun: error: n1: tasks 0-99999999999: Killed\n"),
+    "bad-range": ("logs/batch.log", b"srun: error: n1: tasks 1-2-3: Killed\n"),
+    "not-utf8": ("result.json", b'{"step": 1, "steps": "\xff"}'),
+    "exit-codes-garbage": ("exit-codes", b"\x00\xff 1 2 3\n"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_odd_files_are_reported_and_other_jobs_shown(home: Path, case: str) -> None:
+    name, content = CASES[case]
+    with_neighbour(home)
+    odd = track(home, "501", "FAILED", name="odd")
+    path = odd.root / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(content)
+    for args in ([], ["--json"], ["501"], ["501", "--json"]):
+        outcome = status(*args)
+        assert outcome.seconds < 5, (case, args, outcome.seconds)
+        if "501" not in args:
+            assert "healthy" in outcome.stdout and "0.125" in outcome.stdout
+    assert "odd" in status().stdout
+
+
+def test_a_result_that_is_a_directory_hides_no_job(home: Path) -> None:
+    with_neighbour(home)
+    odd = track(home, "502", "COMPLETED", name="odd")
+    odd.result.mkdir()
+    outcome = status()
+    assert outcome.code == 0
+    assert "healthy" in outcome.stdout and "odd" in outcome.stdout
+    assert "result.json: unreadable (a directory, not a file)" in outcome.stdout
+
+
+def test_huge_task_range_is_summarised_not_expanded(home: Path) -> None:
+    odd = track(home, "503", "FAILED")
+    odd.batch_log.write_text(
+        "srun: error: n1: tasks 0-99999999999: Killed\nsrun: error: n2: tasks 1-2-3: Bad\n"
+    )
+    outcome = status("503")
+    assert "rank 0-99999999999 on n1 failed: Killed" in outcome.stdout
+    assert "rank 1-2-3 on n2 failed: Bad" in outcome.stdout
+
+
+def test_a_thousand_dead_ranks_are_counted_not_all_printed(home: Path) -> None:
+    odd = track(home, "511", "NODE_FAIL")
+    odd.batch_log.write_text("srun: error: n1: tasks 0-999: Killed\n")
+    outcome = status("511")
+    assert outcome.stdout.count("failed: Killed") == 8
+    assert "and 992 more failed tasks" in outcome.stdout
+    assert len(json.loads(status("511", "--json").stdout)[0]["failed_tasks"]) == 1000
+
+
+def test_ranks_the_watchdog_ended_after_a_hang_are_not_called_failed(home: Path) -> None:
+    hung = track(home, "512", "FAILED")
+    for line in (
+        AttemptLine(attempt=0, event="start", time=1.0, nodes=["n1"]),
+        AttemptLine(attempt=0, event="end", time=2.0, outcome="hang", reason="rank 1 on n1 at step 9"),
+    ):
+        append_line(hung.attempts, line)
+    hung.batch_log.write_text("srun: error: n1: tasks 0-1: Killed\n")
+    outcome = status("512")
+    assert outcome.stdout.count("ended by the watchdog after the hang (Killed)") == 2, outcome.stdout
+    assert "failed: Killed" not in outcome.stdout
+
+
+def test_metrics_ending_in_40_mb_without_newline_is_fast(home: Path) -> None:
+    odd = track(home, "504", "FAILED")
+    with open(odd.metrics, "wb") as handle:
+        handle.write(b'{"kind":"train","step":7,"steps":9,"loss":0.5}\n')
+        handle.write(b"x" * (40 << 20))
+    outcome = status("504")
+    assert outcome.seconds < 5
+    assert "7/9" in outcome.stdout
+
+
+def test_status_shows_the_runtime_error_text(home: Path) -> None:
+    """failures/rank-N.json carries error_type and message; status read a key `error` nobody wrote."""
+    failed = track(home, "505", "FAILED")
+    failed.write_failure(
+        FailureReport(rank=1, hostname="node2", error_type="ValueError", message="bad shard")
+    )
+    failed.batch_log.write_text("srun: error: node2: task 1: Exited with exit code 1\n")
+    failed.rank_log(1).write_text("Traceback ...\nValueError: bad shard\n")
+    outcome = status("505")
+    assert "rank 1 on node2 failed: ValueError: bad shard" in outcome.stdout
+    assert "| ValueError: bad shard" in outcome.stdout
+    reported = json.loads(status("505", "--json").stdout)[0]
+    assert reported["progress"]["failures"][0]["message"] == "bad shard"
+    assert reported["failed_tasks"] == [{"rank": "1", "node": "node2", "error": "Exited with exit code 1"}]
+
+
+def test_one_result_shape_for_ddp_and_parameter_server(home: Path) -> None:
+    ddp = track(home, "506", "COMPLETED", name="ddp")
+    ddp.write_result(Result(step=10, steps=10, final_loss=0.25, eval_accuracy=0.75, layout="ddp"))
+    ps = track(home, "507", "COMPLETED", name="ps")
+    ps.write_result(
+        Result(
+            step=20,
+            steps=20,
+            final_loss=0.5,
+            eval_accuracy=0.875,
+            mode="async",
+            staleness_mean=1.25,
+            staleness_max=3,
+            per_worker={"0": WorkerStats(status="finished", steps=20, samples=640, samples_per_s=80.0)},
+        )
+    )
+    outcome = status("506", "507")
+    assert "10/10" in outcome.stdout and "0.750" in outcome.stdout
+    assert "20/20" in outcome.stdout and "0.875" in outcome.stdout
+    assert "parameter server (async), staleness mean 1.25 max 3" in outcome.stdout
+    assert "worker 0: finished, 80 samples/s" in outcome.stdout
+
+
+def test_array_elements_have_their_own_progress_and_logs(home: Path) -> None:
+    array = track(home, "508", "FAILED", name="sweep")
+    for index, (code, step) in enumerate([("0", 5), ("1", 2)]):
+        element = array.element(index)
+        element.logs.mkdir(parents=True)
+        element.append_metric(metric_line("train", step=step, steps=5, loss=0.5))
+        element.exit_codes.write_text(f"508 {code}\n")
+        element.rank_log(0).write_text(f"element {index} rank 0\n")
+        element.batch_log.write_text(f"element {index} batch\n")
+    outcome = status("508")
+    assert "508_0" in outcome.stdout and "508_1" in outcome.stdout
+    assert "5/5" in outcome.stdout and "2/5" in outcome.stdout
+    assert [e["state"] for e in json.loads(status("508", "--json").stdout)[0]["elements"]] == [
+        "COMPLETED",
+        "FAILED",
+    ]
+    assert cli("logs", "508").stdout == "element 0 batch\n"
+    assert cli("logs", "508", "--element", "1").stdout == "element 1 batch\n"
+    assert cli("logs", "508", "--element", "1", "--rank", "0").stdout == "element 1 rank 0\n"
+
+
+def test_a_few_real_processes_never_traceback(home: Path) -> None:
+    odd = track(home, "510", "FAILED")
+    odd.result.write_bytes(b"[" * 100_000)
+    odd.metrics.write_bytes(b'{"kind":["train"]}\n\xff\xfe')
+    odd.batch_log.write_text("srun: error: n1: tasks 0-99999999999: Killed\n")
+    for args in (["status"], ["status", "--json"], ["status", "510"], ["list"], ["logs", "510"]):
+        proc = run_cli(*args, env={"HPCTRAIN_HOME": str(home)}, timeout=30)
+        assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
