@@ -15,9 +15,10 @@ processes, the order of the three swapped every run so that load on the shared m
 Jobs must pend and never run, without touching the partition (others use the cluster): Slurm 22.05's
 sbatch has no SBATCH_HOLD variable, so the benchmark submits one held anchor job and every measured
 job depends on it (``afterok``; each tool's own way of saying so). It checks that the first jobs pend
-on that dependency and ``scancel`` s every job it made at the end. Prints medians, the ratios
-hpctrain / submitit and hpctrain / floor (of the medians, and the median and quartiles of the
-run-by-run ratios).
+on that dependency and ``scancel`` s every job it made at the end. Prints medians of wall time and of
+CPU time (the process and the children it waited for, such as sbatch: less sensitive to the load of
+others), and the ratios hpctrain / submitit and hpctrain / floor (of the medians, and the median and
+quartiles of the run-by-run ratios).
 
     python benchmarks/bench_submit_peers.py [--runs 21] [--wheel WHEEL] [--venvs DIR]
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import resource
 import shutil
 import statistics
 import subprocess
@@ -111,6 +113,21 @@ def quartiles(values: list[float]) -> tuple[float, float]:
     return q[0], q[2]
 
 
+def report(label: str, samples: dict[str, list[float]]) -> None:
+    """Medians per command, and hpctrain's ratios to the others: of the medians and run by run."""
+    medians = {name: statistics.median(values) for name, values in samples.items()}
+    print(f"{label} ms    {'median':>8} {'min':>7} {'max':>7}")
+    for name, values in samples.items():
+        print(f"  {name:10} {medians[name]:8.1f} {min(values):7.1f} {max(values):7.1f}")
+    for other in ("submitit", "floor"):
+        paired = [a / b for a, b in zip(samples["hpctrain"], samples[other], strict=True)]
+        low, high = quartiles(paired)
+        print(
+            f"  hpctrain / {other:8}: {medians['hpctrain'] / medians[other]:.3f} of the medians; "
+            f"run by run: median {statistics.median(paired):.3f}, quartiles {low:.3f}-{high:.3f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=21)
@@ -151,19 +168,24 @@ def main() -> None:
     }
     job_ids: list[str] = []
 
-    def once(name: str) -> float:
+    def once(name: str) -> tuple[float, float]:
+        """Wall ms and CPU ms (user + system of the process and the children it waited for, e.g. sbatch)."""
+        cpu_before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         proc = subprocess.run(commands[name], capture_output=True, text=True, env=env, cwd=scratch)
         elapsed = time.perf_counter() - start
+        cpu_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        cpu = (cpu_after.ru_utime + cpu_after.ru_stime) - (cpu_before.ru_utime + cpu_before.ru_stime)
         found = re.search(r"(\d+)", proc.stdout.replace("Submitted job", ""))
         if found:
             job_ids.append(found.group(1))
         if proc.returncode or not found:
             output = proc.stdout[-1500:] + proc.stderr[-1500:]
             raise SystemExit(f"{name} failed ({proc.returncode}):\n{output}")
-        return elapsed * 1000
+        return elapsed * 1000, cpu * 1000
 
     walls: dict[str, list[float]] = {name: [] for name in commands}
+    cpus: dict[str, list[float]] = {name: [] for name in commands}
     load_before = os.getloadavg()[0]
     try:
         for name in commands:  # untimed: page cache, bytecode, Jinja's template cache
@@ -174,24 +196,17 @@ def main() -> None:
         order = list(commands)
         for run in range(args.runs):
             for name in order if run % 2 == 0 else order[::-1]:
-                walls[name].append(once(name))
+                wall, cpu = once(name)
+                walls[name].append(wall)
+                cpus[name].append(cpu)
     finally:
         # The dependants first: with the anchor gone first, none could start, but there is no need to try.
         subprocess.run(["scancel", *job_ids], check=False)
         subprocess.run(["scancel", anchor], check=False)
         shutil.rmtree(scratch / "home", ignore_errors=True)
 
-    medians = {name: statistics.median(values) for name, values in walls.items()}
-    print(f"{'command':10} {'median ms':>10} {'min':>7} {'max':>7}")
-    for name, values in walls.items():
-        print(f"{name:10} {medians[name]:10.1f} {min(values):7.1f} {max(values):7.1f}")
-    for other in ("submitit", "floor"):
-        paired = [a / b for a, b in zip(walls["hpctrain"], walls[other], strict=True)]
-        low, high = quartiles(paired)
-        print(
-            f"hpctrain / {other:8}: {medians['hpctrain'] / medians[other]:.3f} (of the medians); "
-            f"run by run: median {statistics.median(paired):.3f}, quartiles {low:.3f}-{high:.3f}"
-        )
+    for label, samples in (("wall", walls), ("CPU", cpus)):
+        report(label, samples)
     print(
         f"{args.runs} runs each, order swapped every run; wheel {wheel.name}; "
         f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}"
