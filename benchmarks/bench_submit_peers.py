@@ -20,7 +20,7 @@ CPU time (the process and the children it waited for, such as sbatch: less sensi
 others), and the ratios hpctrain / submitit and hpctrain / floor (of the medians, and the median and
 quartiles of the run-by-run ratios).
 
-    python benchmarks/bench_submit_peers.py [--runs 21] [--wheel WHEEL] [--venvs DIR]
+    python benchmarks/bench_submit_peers.py [--runs 21] [--wheel WHEEL] [--venvs DIR] [--isolated-site]
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import os
 import re
 import resource
 import shutil
+import site
 import statistics
 import subprocess
 import sys
@@ -83,11 +84,20 @@ def build_wheel(into: Path) -> Path:
     return next(wheels.glob("hpctrain-*.whl"))
 
 
-def make_venv(folder: Path, *pip_args: str) -> Path:
-    """A venv over the system's site-packages with `pip_args` installed; its python."""
-    if not (folder / "bin" / "python").exists():
-        sh([sys.executable, "-m", "venv", "--system-site-packages", folder])
+def make_venv(folder: Path, isolated_site: bool, *pip_args: str) -> Path:
+    """A venv that sees the system's site-packages, with `pip_args` installed; its python.
+
+    `--system-site-packages` also runs the system's .pth files at every start (on this machine an
+    editable hpctrain's finder and a certifi hook, which import pathlib, typing, importlib.resources
+    and more before the program starts). With `isolated_site` the venv sees the same packages
+    through a plain path line instead, as a venv with its own copies would: no .pth of the system runs.
+    """
     python = folder / "bin" / "python"
+    if not python.exists():
+        sh([sys.executable, "-m", "venv", *([] if isolated_site else ["--system-site-packages"]), folder])
+    if isolated_site:
+        purelib = sh([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]).strip()
+        (Path(purelib) / "_system_site.pth").write_text("\n".join(site.getsitepackages()) + "\n")
     sh([python, "-m", "pip", "install", "-q", "--disable-pip-version-check", *pip_args])
     return python
 
@@ -134,15 +144,23 @@ def main() -> None:
     parser.add_argument("--wheel", type=Path, help="an hpctrain wheel (default: build this checkout's)")
     parser.add_argument("--venvs", type=Path, help="folder for the side venvs, kept (default: a temp dir)")
     parser.add_argument("--job", type=Path, default=REPO / "jobs" / "digits-ddp.yaml")
+    parser.add_argument(
+        "--isolated-site",
+        action="store_true",
+        help="venvs see the system's packages through a path line, not --system-site-packages "
+        "(the system's .pth files do not run at start-up)",
+    )
     args = parser.parse_args()
 
     scratch = Path(tempfile.mkdtemp(prefix="bench-peers-"))
     venvs = args.venvs.resolve() if args.venvs else scratch
     wheel = args.wheel.resolve() if args.wheel else build_wheel(scratch)
+    venvs = venvs / ("isolated-site" if args.isolated_site else "system-site")
     hpctrain_venv, submitit_venv = venvs / "hpctrain-wheel", venvs / "submitit"
-    hpctrain_python = make_venv(hpctrain_venv, "--no-deps", "--force-reinstall", str(wheel))
+    install_wheel = ("--no-deps", "--force-reinstall", str(wheel))
+    hpctrain_python = make_venv(hpctrain_venv, args.isolated_site, *install_wheel)
     check_wheel_install(hpctrain_python, hpctrain_venv)
-    submitit_python = make_venv(submitit_venv, SUBMITIT)
+    submitit_python = make_venv(submitit_venv, args.isolated_site, SUBMITIT)
     (scratch / "submitit_submit.py").write_text(SUBMITIT_SCRIPT)
     (scratch / "floor.py").write_text(FLOOR_SCRIPT)
 
@@ -209,6 +227,7 @@ def main() -> None:
         report(label, samples)
     print(
         f"{args.runs} runs each, order swapped every run; wheel {wheel.name}; "
+        f"venvs: {'isolated site (path line)' if args.isolated_site else '--system-site-packages'}; "
         f"load average (1 min) before {load_before:.2f}, after {os.getloadavg()[0]:.2f}"
     )
     shutil.rmtree(scratch, ignore_errors=True)
