@@ -6,8 +6,8 @@ installed non-editable (``pip install --no-deps``; the benchmark checks that the
 wheel's hpctrain, not an editable checkout), one with ``submitit==1.5.4``. It then times whole
 processes, the order of the three swapped every run so that load on the shared machine falls on all:
 
-- ``hpctrain``: the venv's own ``hpctrain`` executable, ``submit jobs/digits-ddp.yaml --site local``
-  (a fresh ``HPCTRAIN_HOME``; every pre-submit check on);
+- ``hpctrain``: the venv's own ``hpctrain`` executable, ``submit jobs/digits-ddp.yaml --site local
+  --set dependency=afterok:ANCHOR`` (a fresh ``HPCTRAIN_HOME``; every pre-submit check on);
 - ``submitit``: a script run by the submitit venv's python that submits a trivial function through
   ``AutoExecutor(cluster="slurm")``;
 - ``floor``: a python that imports jinja2 and yaml, then calls sbatch.
