@@ -14,8 +14,8 @@ FOLDERS = {"templates": "templates", "site_configs": "site-configs", "example_jo
 
 def data_folder(name: str) -> Path:
     """A wheel installs hpctrain/<name>; an editable install or a PYTHONPATH checkout has the top folder."""
-    # The package's own folder, not importlib.resources: its import costs every verb about 20 ms, and
-    # a zipped install (where only importlib.resources could see inside) has no real folder to hand out.
+    # The package's own folder, not importlib.resources: importing that (with zipfile and more) is a
+    # start-up cost of every verb, and a zipped install has no real folder to hand out either way.
     packaged = PACKAGE / name
     if packaged.is_dir():
         return packaged

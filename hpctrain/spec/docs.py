@@ -29,8 +29,8 @@ def field_docs(kind: type[msgspec.Struct], prefix: str = "") -> list[tuple[str, 
 @functools.cache
 def attribute_docs(kind: type) -> dict[str, str]:
     """{field: the string literal below its declaration, on one line}, over the class and its bases."""
-    # Imported here: only `explain` and the docs read sources, and `inspect` alone costs a login-side
-    # verb such as `submit` (which imports this module with the spec) about 15 ms at start-up.
+    # Imported here: only `explain` and the docs read sources; every verb that loads the spec (submit
+    # first) imports this module, and inspect with its tokenize/dis is a start-up cost it does not need.
     import ast
     import inspect
     import textwrap
