@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.resources
 from pathlib import Path
 
 from hpctrain.errors import SpecError
 
-CHECKOUT = Path(__file__).resolve().parents[2]  # hpctrain/launch/resources.py -> the checkout
+PACKAGE = Path(__file__).resolve().parents[1]  # hpctrain/launch/resources.py -> the hpctrain package
+CHECKOUT = PACKAGE.parent
 # Package name of each data folder -> its folder at the top of the repository (see setup.py).
 FOLDERS = {"templates": "templates", "site_configs": "site-configs", "example_jobs": "jobs"}
 
 
 def data_folder(name: str) -> Path:
     """A wheel installs hpctrain/<name>; an editable install or a PYTHONPATH checkout has the top folder."""
-    packaged = Path(str(importlib.resources.files("hpctrain") / name))
+    # The package's own folder, not importlib.resources: importing that (with zipfile and more) is a
+    # start-up cost of every verb, and a zipped install has no real folder to hand out either way.
+    packaged = PACKAGE / name
     if packaged.is_dir():
         return packaged
     return CHECKOUT / FOLDERS[name]

@@ -4,11 +4,8 @@ A field is documented by the string right below it (an attribute docstring, as t
 does), so that the declaration reads as plain Python and its text is written once.
 """
 
-import ast
 import functools
-import inspect
 import itertools
-import textwrap
 import typing
 from typing import Annotated, Any, Literal
 
@@ -32,6 +29,12 @@ def field_docs(kind: type[msgspec.Struct], prefix: str = "") -> list[tuple[str, 
 @functools.cache
 def attribute_docs(kind: type) -> dict[str, str]:
     """{field: the string literal below its declaration, on one line}, over the class and its bases."""
+    # Imported here: only `explain` and the docs read sources; every verb that loads the spec (submit
+    # first) imports this module, and inspect with its tokenize/dis is a start-up cost it does not need.
+    import ast
+    import inspect
+    import textwrap
+
     docs: dict[str, str] = {}
     for cls in reversed(kind.__mro__):
         try:
