@@ -68,7 +68,7 @@ def one_run(folder: Path, steps: int, watchdog: bool) -> float:
 
 
 def mark_cost_ns() -> float:
-    from hpctrain.runtime import heartbeat
+    from hpctrain.rundir.slots import remove_node_files
     from hpctrain.runtime.heartbeat import RankHeartbeat, Where
 
     with tempfile.TemporaryDirectory() as folder:
@@ -76,7 +76,7 @@ def mark_cost_ns() -> float:
         beat = RankHeartbeat(Where(Path(folder), "bench", 0, "n", 0, 0, "0", 5.0))
         calls = 200_000
         best = min(timeit.repeat(lambda: beat.mark("forward"), number=calls, repeat=5))
-        heartbeat.remove_node_files(Path(folder), "bench", 0, "n")
+        remove_node_files(Path(folder), "bench", 0, "n")
         return best / calls * 1e9
 
 

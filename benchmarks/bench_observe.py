@@ -29,7 +29,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hpctrain.rundir import TrainLine  # noqa: E402
-from hpctrain.runtime.stragglers import RankTimes  # noqa: E402
+from hpctrain.runtime.rank_times import RankTimes  # noqa: E402
 
 
 def per_call_us(work: Callable[[], object], count: int) -> float:
@@ -51,7 +51,7 @@ def digits_step(timed: bool, steps: int) -> float:
     targets = torch.randint(0, 10, (64,))
     times = RankTimes(0, 1, torch.device("cpu"), lambda line: None, "bench") if timed else None
     if times is not None:
-        times.watch(model.parameters())
+        times.hook_gradients(model.parameters())
 
     def step() -> None:
         if times is not None:
@@ -80,7 +80,7 @@ def main() -> None:
 
     times = RankTimes(0, 1, torch.device("cpu"), lambda line: None, "bench")
     weight = torch.nn.Parameter(torch.ones(4))
-    times.watch([weight])
+    times.hook_gradients([weight])
     hook = times._hook(0)
 
     def stamps() -> None:

@@ -7,6 +7,7 @@ shows it ("restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: no
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from enum import Enum
 
 import msgspec
 
@@ -23,17 +24,28 @@ from hpctrain.rundir import (
     tail_lines,
 )
 
-# Outcomes of an attempt (the `outcome` of an end line). The faults are the spec's restart.on values.
-COMPLETED = "completed"
-PREEMPTED = "preempted"
-HANG = "hang"
-RANK_FAILURE = "rank_failure"
-NODE_FAILURE = "node_failure"
-PREFLIGHT = "preflight"  # preflight found bad nodes: requeued without them, never counted as a restart
-FAILED = "failed"  # not retried (a repeated bug, a fault restart.on leaves out, the budget spent)
-FAULTS = (HANG, RANK_FAILURE, NODE_FAILURE)
-# Outcomes whose failed nodes go into ExcNodeList (with restart.exclude_failed_nodes; preflight always).
-NODE_FAULTS = (HANG, NODE_FAILURE)
+
+class Outcome(str, Enum):  # enum.StrEnum from Python 3.11 on; the package still runs on 3.10
+    """How an attempt ended (the `outcome` of an end line of attempts.jsonl)."""
+
+    COMPLETED = "completed"
+    PREEMPTED = "preempted"
+    HANG = "hang"
+    RANK_FAILURE = "rank_failure"
+    NODE_FAILURE = "node_failure"
+    PREFLIGHT = "preflight"
+    """Preflight found bad nodes: requeued without them, never counted as a restart."""
+    FAILED = "failed"
+    """Not retried (a repeated bug, a fault restart.on leaves out, the budget spent)."""
+
+    def __str__(self) -> str:
+        return self.value
+
+
+FAULTS = (Outcome.HANG, Outcome.RANK_FAILURE, Outcome.NODE_FAILURE)
+"""The outcomes that use a restart: the values the spec's `restart.on` may list."""
+NODE_FAULTS = (Outcome.HANG, Outcome.NODE_FAILURE)
+"""Outcomes whose failed nodes go into ExcNodeList (with restart.exclude_failed_nodes; preflight always)."""
 
 # attempts.jsonl is read from its tail: two lines per attempt, so the last 512 attempts count.
 HISTORY_LINES = 1024
@@ -89,12 +101,14 @@ class History:
         """Nodes never to run on again: those of node faults (when asked) and of preflight, in order."""
         out: list[str] = []
         for line in self.ends:
-            if line.outcome == PREFLIGHT or (exclude_failed_nodes and line.outcome in NODE_FAULTS):
+            if line.outcome == Outcome.PREFLIGHT or (exclude_failed_nodes and line.outcome in NODE_FAULTS):
                 out += [node for node in line.failed_nodes if node not in out]
         return out
 
     def failure_signatures(self) -> set[str]:
-        return {signature(line.step, line.error) for line in self.ends if line.outcome == RANK_FAILURE}
+        return {
+            signature(line.step, line.error) for line in self.ends if line.outcome == Outcome.RANK_FAILURE
+        }
 
     def append(self, run: RunDir, line: AttemptLine) -> None:
         append_line(run.attempts, line)
@@ -104,9 +118,9 @@ class History:
 def describe_end(line: AttemptLine) -> str:
     """`hang at step 130`, `node_failure node2`, `rank_failure at step 40`."""
     text = line.outcome
-    if line.failed_nodes and line.outcome != HANG:
+    if line.failed_nodes and line.outcome != Outcome.HANG:
         text += " " + ",".join(line.failed_nodes)
-    if line.step is not None and line.outcome in (HANG, RANK_FAILURE):
+    if line.step is not None and line.outcome in (Outcome.HANG, Outcome.RANK_FAILURE):
         text += f" at step {line.step}"
     return text
 
@@ -133,7 +147,7 @@ def summary_line(summary: RestartSummary) -> str:
         text += f" ({'; '.join(summary.reasons)})"
     if summary.excluded:
         text += f", excluded: {','.join(summary.excluded)}"
-    if summary.last_outcome == FAILED and summary.last_reason:
+    if summary.last_outcome == Outcome.FAILED and summary.last_reason:
         text += f"; not retried: {summary.last_reason}"
     return text
 

@@ -64,6 +64,10 @@ class EvalLine(_Line, tag="eval"):
     """Who evaluated, where it is not rank 0 (a parameter-server worker)."""
 
 
+EVAL_FIELDS = {"eval_loss": "loss", "eval_accuracy": "accuracy"}
+"""A sweep metric (``sweep.metric``) -> the field of an eval line that carries it."""
+
+
 class MemoryLine(_Line, tag="memory"):
     """Bytes one rank holds (params, grads, optimizer), after the first optimizer step."""
 

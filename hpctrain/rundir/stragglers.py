@@ -1,6 +1,6 @@
 """Which ranks are stragglers: the rule over per-rank compute times, and how `status` says it (torch-free).
 
-The runtime (``hpctrain/runtime/stragglers.py``) measures each rank's compute and collective-wait
+The runtime (``hpctrain/runtime/rank_times.py``) measures each rank's compute and collective-wait
 seconds per log interval and feeds the compute times to :class:`StragglerRule` on rank 0; the
 login side reads the resulting :class:`~hpctrain.rundir.RankTimesLine` back and phrases it with
 :func:`describe`. Both halves share this module, so the rule has one definition.

@@ -18,8 +18,7 @@ from pathlib import Path
 from hpctrain import spec
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
-from hpctrain.runtime import bootstrap, heartbeat, logs, mesh, signals
-from hpctrain.supervisor import hang_rule
+from hpctrain.runtime import bootstrap, collective_timeout, heartbeat, logs, mesh, signals
 
 log = logging.getLogger("hpctrain.runtime")
 
@@ -91,8 +90,8 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         return 0
     from hpctrain.runtime.train import Trainer
 
-    timeout_s = hang_rule.collective_timeout_s(resolved.job.watchdog, resolved.job.train.timeout_s)
-    hang_rule.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved), torch.__version__)
+    timeout_s = collective_timeout.collective_timeout_s(resolved.job.watchdog, resolved.job.train.timeout_s)
+    collective_timeout.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved), torch.__version__)
     bootstrap.init_process_group(info, mesh.backend(resolved), timeout_s)
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",

@@ -42,7 +42,7 @@ def install(signal_name: str) -> threading.Event:
     return signalled
 
 
-class Preemption:
+class StopAgreement:
     """Tracks whether this job has been asked to stop, and agrees on it across ranks."""
 
     def __init__(self, run_dir: Path, signalled: threading.Event, rank: int, device: torch.device) -> None:

@@ -28,7 +28,7 @@ from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.mesh import TaskMesh
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
-from hpctrain.runtime.stragglers import RankTimes
+from hpctrain.runtime.rank_times import RankTimes
 from hpctrain.runtime.task import Batch, Task
 from hpctrain.spec import Resolved, Train
 
@@ -160,11 +160,11 @@ class Trainer:
             self.train.seed,
         )
         self.checkpoints = Checkpointer(run_dir, self.rank, self.train.keep_checkpoints, self.metrics.event)
-        self.preemption = signals.Preemption(run_dir, signalled, self.rank, self.strategy.device)
+        self.preemption = signals.StopAgreement(run_dir, signalled, self.rank, self.strategy.device)
         self.rank_times = RankTimes(
             self.rank, dist_info.world_size, self.strategy.device, self.metrics.write, dist_info.hostname
         )
-        self.rank_times.watch(self.strategy.parameters())
+        self.rank_times.hook_gradients(self.strategy.parameters())
         self.step = 0
         self.position = data.Position()
         self.last_saved = -1

@@ -9,6 +9,7 @@ from typing import Annotated, Any, Literal
 import msgspec
 from msgspec import Meta
 
+from hpctrain.rundir.attempts import FAULTS
 from hpctrain.spec.base import (
     Base,
     Count,
@@ -265,7 +266,12 @@ class Preemption(Base):
         check("signal", signal_name, self.signal)
 
 
-FAULTS = ("hang", "rank_failure", "node_failure")
+Fault = Literal[tuple(fault.value for fault in FAULTS)]  # type: ignore[valid-type]
+"""The spec's spelling of rundir.attempts.FAULTS: msgspec decodes a Literal of their values."""
+
+
+def every_fault() -> list[Fault]:  # type: ignore[valid-type]
+    return [fault.value for fault in FAULTS]
 
 
 class Restart(Base):
@@ -273,7 +279,7 @@ class Restart(Base):
 
     max: Whole = 3
     """Restarts allowed over the whole run (0: the first fault ends the job)."""
-    on: list[Literal[FAULTS]] = msgspec.field(default_factory=lambda: list(FAULTS))  # type: ignore[valid-type]
+    on: list[Fault] = msgspec.field(default_factory=every_fault)  # type: ignore[valid-type]
     """Faults that lead to a restart: hang (the watchdog saw no progress), rank_failure (a rank exited or
     raised), node_failure (a node stopped answering).
     """
@@ -296,6 +302,13 @@ class Restart(Base):
     """
 
 
+NODE_SILENT_MIN_S = 10.0
+"""The least silence of a node's heartbeat file before the watchdog asks whether the node still answers."""
+ENDING_MARGIN_S = 60.0
+"""What the watchdog needs after a hang's allowance to notice it, collect stacks and end the step: the
+collective timeout and NCCL's own monitor wait this much longer, so the watchdog names the hung rank first."""
+
+
 class Watchdog(Base):
     """Find the rank that stopped advancing, name it, collect every rank's stack, end the step."""
 
@@ -315,6 +328,11 @@ class Watchdog(Base):
     """Seconds between a node's heartbeat writes into the run directory (one file per node, whatever its rank
     count).
     """
+
+    @property
+    def node_silent_after(self) -> float:
+        """A node file older than this: the node (or every rank on it) has stopped."""
+        return max(3 * self.heartbeat_interval, self.heartbeat_interval + NODE_SILENT_MIN_S)
 
 
 class JobSpec(Base):

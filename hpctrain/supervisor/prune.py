@@ -2,7 +2,7 @@
 
 At steps M, 2M, 4M... (``sweep.early_stop.after_steps``) the trial's evaluation metric is compared
 with that of every other trial of the sweep that has reached the same step. When at least
-``min_trials`` have, and this trial is in the worse half, the watcher writes ``stopped.json`` (the
+``min_trials`` have, and this trial is in the worse half, it writes ``stopped.json`` (the
 step, the metric, the peers' median and how many peers there were) and cancels its own array
 element. Trials that reach a step first are compared with fewer peers, as in asynchronous
 successive halving. Torch-free: it only reads metrics files.
@@ -22,11 +22,10 @@ from pathlib import Path
 import msgspec
 
 from hpctrain import rundir, spec
+from hpctrain.rundir.lines import EVAL_FIELDS
 
 STOPPED_FILE = "stopped.json"
 POLL_S = 1.0
-# Metric name -> the field of an eval line that carries it.
-EVAL_FIELDS = {"eval_loss": "loss", "eval_accuracy": "accuracy"}
 
 
 class Stopped(msgspec.Struct, kw_only=True):
@@ -106,7 +105,9 @@ def check(run: rundir.RunDir, settings: spec.Sweep, step: int) -> Stopped | None
     )
 
 
-def watch(run: rundir.RunDir, settings: spec.Sweep, steps: int, job_id: str) -> int:
+def stop_when_behind(run: rundir.RunDir, settings: spec.Sweep, steps: int, job_id: str) -> int:
+    """Judge the trial at each rung as its eval line appears; cancel the array element if it is behind.
+    Returns once it is stopped, has passed every rung, has finished, or its batch script is gone."""
     assert settings.early_stop is not None
     pending = rungs(settings.early_stop.after_steps, steps)
     parent = os.getppid()
@@ -133,7 +134,7 @@ def main() -> int:
     index = int(os.environ["HPCTRAIN_ARRAY_INDEX"])
     run = rundir.RunDir(root.parent).element(index)
     # The element itself (array_task), never the array: the element with the array's id would take all.
-    return watch(run, settings, resolved.job.train.steps, os.environ["HPCTRAIN_JOB_REF"])
+    return stop_when_behind(run, settings, resolved.job.train.steps, os.environ["HPCTRAIN_JOB_REF"])
 
 
 if __name__ == "__main__":

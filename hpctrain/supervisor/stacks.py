@@ -20,8 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from hpctrain.rundir import RANK_STACKS, RunDir, list_names, numbered
-from hpctrain.runtime.heartbeat import Slot, read_slot_file, slot_path, stack_file
-from hpctrain.supervisor.hang_rule import SILENT_AFTER_S
+from hpctrain.rundir.slots import SILENT_AFTER_S, Slot, read_slot_file, slot_path, stack_file
 
 PY_SPY_TIMEOUT_S = 20.0
 FAULTHANDLER_WAIT_S = 2.0

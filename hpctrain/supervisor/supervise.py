@@ -35,8 +35,7 @@ from hpctrain.rundir import (
     read_json,
     tail_lines,
 )
-from hpctrain.rundir import attempts as outcomes
-from hpctrain.rundir.attempts import History, signature
+from hpctrain.rundir.attempts import FAULTS, History, Outcome, signature
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import answers, down_nodes, hostnames, is_dead, job_record, node_records
 from hpctrain.spec.job import Restart
@@ -119,20 +118,20 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
 
     step = end.latest_step
     if end.requeue_requested:
-        return ended(outcomes.PREEMPTED, "checkpointed at the preemption signal", step=step)
+        return ended(Outcome.PREEMPTED, "checkpointed at the preemption signal", step=step)
     if end.status == 0:
-        return ended(outcomes.COMPLETED, "" if end.completed else "step exited 0", step=step)
+        return ended(Outcome.COMPLETED, "" if end.completed else "step exited 0", step=step)
     if end.preflight_bad:
         if end.preflight_requeue:
             reason = f"preflight failed on {','.join(end.preflight_bad)}"
-            return ended(outcomes.PREFLIGHT, reason, failed_nodes=end.preflight_bad)
-        return ended(outcomes.FAILED, f"preflight: {end.preflight_reason or 'bad nodes'}", failed_nodes=[])
+            return ended(Outcome.PREFLIGHT, reason, failed_nodes=end.preflight_bad)
+        return ended(Outcome.FAILED, f"preflight: {end.preflight_reason or 'bad nodes'}", failed_nodes=[])
     if end.hang is not None:
         hung = sorted({rank.node for rank in end.hang.hung if rank.node})
-        return ended(outcomes.HANG, end.hang.summary, failed_nodes=hung, step=end.hang.step)
+        return ended(Outcome.HANG, end.hang.summary, failed_nodes=hung, step=end.hang.step)
     if end.lost_nodes:
         reason = f"{','.join(end.lost_nodes)} stopped answering"
-        return ended(outcomes.NODE_FAILURE, reason, failed_nodes=end.lost_nodes, step=step)
+        return ended(Outcome.NODE_FAILURE, reason, failed_nodes=end.lost_nodes, step=step)
     reported = {f.rank for f in end.failures}
     silent = [task for task in end.killed if not task.rank.isdigit() or int(task.rank) not in reported]
     raised = [f for f in end.failures if not any(words in f.error for words in PEER_LOST)]
@@ -141,16 +140,16 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
         ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
         peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
         reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
-        return ended(outcomes.RANK_FAILURE, reason, step=step)
+        return ended(Outcome.RANK_FAILURE, reason, step=step)
     if end.failures:
         first = min(raised or end.failures, key=lambda f: (f.time or 0.0, f.rank))
         where = first.step if first.step is not None else step
         if signature(where, first.error) in history.failure_signatures():
             reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
-            return ended(outcomes.FAILED, reason, step=where, error=first.error[:500])
+            return ended(Outcome.FAILED, reason, step=where, error=first.error[:500])
         reason = f"rank {first.rank} on {first.hostname or '?'}: {first.error[:200]}"
-        return ended(outcomes.RANK_FAILURE, reason, step=where, error=first.error[:500])
-    return ended(outcomes.RANK_FAILURE, f"step exited with code {end.status}", step=step)
+        return ended(Outcome.RANK_FAILURE, reason, step=where, error=first.error[:500])
+    return ended(Outcome.RANK_FAILURE, f"step exited with code {end.status}", step=step)
 
 
 def decide(
@@ -168,17 +167,17 @@ def decide(
     """
     code = status or 1
     if last is not None:
-        if last.outcome == outcomes.COMPLETED:
+        if last.outcome == Outcome.COMPLETED:
             return Decision("done")
-        if last.outcome == outcomes.FAILED:
+        if last.outcome == Outcome.FAILED:
             return Decision("fail", code)
-        fault = last.outcome in outcomes.FAULTS
+        fault = last.outcome in FAULTS
         if fault and (last.outcome not in policy.on or len(history.restarts()) > policy.max):
             return Decision("fail", code)
     excluded = history.excluded(policy.exclude_failed_nodes)
-    lost = set(last.failed_nodes) if last is not None and last.outcome == outcomes.NODE_FAILURE else set()
+    lost = set(last.failed_nodes) if last is not None and last.outcome == Outcome.NODE_FAILURE else set()
     usable = [node for node in allocation if node not in excluded and node not in lost]
-    if last is not None and last.outcome in (outcomes.PREEMPTED, outcomes.PREFLIGHT):
+    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
     if len(usable) >= planned:
         return Decision("launch", nodes=tuple(usable[:planned]))
@@ -244,7 +243,8 @@ def written_during(path: Path, start: AttemptLine) -> bool:
         return False
 
 
-def observe(run: RunDir, status: int, start: AttemptLine, allocation: list[str]) -> StepEnd:
+def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list[str]) -> StepEnd:
+    """What the run directory and Slurm say about how the attempt's step ended."""
     result = run.read_result()
     end = StepEnd(
         status=status,
@@ -323,13 +323,13 @@ class Job:
     def act(self, history: History, last: AttemptLine | None, status: int = 1) -> str:
         """Decide, record the next start when launching, and return the batch script's line."""
         allocation = allocation_nodes(self.job_ref)
-        if last is not None and last.outcome == outcomes.NODE_FAILURE:
+        if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
         decision = decide(history, last, self.policy, allocation, self.planned, status)
         if last is not None:
             why = f" ({last.reason})" if last.reason else ""
             print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr)
-        if decision.action in ("requeue", "fail") and last is not None and last.outcome != outcomes.COMPLETED:
+        if decision.action in ("requeue", "fail") and last is not None and last.outcome != Outcome.COMPLETED:
             used = len(history.restarts())
             print(f"hpctrain: {decision.action}, restarts used: {used} of {self.policy.max}", file=sys.stderr)
         if last is not None and decision.action in ("launch", "requeue"):
@@ -348,9 +348,7 @@ class Job:
             down = sorted(down_nodes(lost.nodes))
             reason = "allocation lost, Slurm requeued the job"
             reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
-            last = end_line(
-                lost, outcomes.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run)
-            )
+            last = end_line(lost, Outcome.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run))
             history.append(self.run, last)
         return self.act(history, last)
 
@@ -360,7 +358,7 @@ class Job:
         if start is None:  # no attempt recorded (a hand-edited file): end as the step did
             return Decision("done" if status == 0 else "fail", status).line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
-        line = classify(observe(self.run, status, start, allocation), start, history)
+        line = classify(read_step_end(self.run, status, start, allocation), start, history)
         history.append(self.run, line)
         return self.act(history, line, status)
 

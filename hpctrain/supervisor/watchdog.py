@@ -2,9 +2,10 @@
 
 Started by the batch script beside each training step (torch-free, so it starts in a moment and
 never competes with the ranks for a GPU). Every poll it reads this attempt's node heartbeats
-(``heartbeats/node-*.json``, written by one rank per node, see ``runtime/heartbeat.py``) and:
+(``heartbeats/node-*.json``, written by one rank per node, see ``runtime/heartbeat.py``
+and ``rundir/slots.py``) and:
 
-* declares a hang when a rank's step has not advanced for its allowance (``runtime/hang_rule.py``);
+* declares a hang when a rank's step has not advanced for its allowance (``supervisor/hang_rule.py``);
   then it collects every rank's Python stacks into ``failures/stacks/`` (py-spy and faulthandler,
   on each node; other nodes through ``srun --overlap``), names the rank(s) that did not advance in
   ``failures/hang.json``, ends the step and exits 0;
@@ -29,8 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, write_json
-from hpctrain.runtime import heartbeat
+from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
 from hpctrain.scheduler.slurm.nodes import node_records
 from hpctrain.spec.job import Watchdog
@@ -154,7 +154,7 @@ def _collect(ctx: Context, node: str) -> None:
         command = [sys.executable, "-m", "hpctrain.supervisor.watchdog", "--collect-node", node]
         if _srun_on(ctx, node, command, SRUN_TIMEOUT_S):
             return
-        if not heartbeat.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
+        if not slots.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
             say(f"no stacks from {node}: it did not answer within {SRUN_TIMEOUT_S:.0f} s")
             return
     stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, node, ctx.signum)
@@ -210,7 +210,7 @@ def end_step(
 
 
 # ----------------------------------------------------------------------------------------------
-# The watch loop
+# Guarding the step until it ends
 # ----------------------------------------------------------------------------------------------
 
 
@@ -227,12 +227,12 @@ def declare_hang(ctx: Context, step_pid: int, beats: list[Heartbeat], median_s: 
     """Collect the stacks, look again, and if a rank is still overdue write hang.json and end the
     step (True). False: every rank has advanced meanwhile, which a hung rank cannot do."""
     now = time.time()
-    ranks = hang_rule.observe(beats, now)
+    ranks = hang_rule.seen_ranks(beats, now)
     late = hang_rule.overdue(ctx.settings, ranks, median_s) or ranks
     say(f"ranks {', '.join(str(r.rank) for r in late[:SHOWN_RANKS])} stopped advancing: collecting stacks")
     waits = collect_stacks(ctx, (b.node for b in beats))
     # A fresh look after the stacks (seconds later): a stopped rank's silence is surer by now.
-    ranks = hang_rule.observe(this_attempt(ctx, ctx.run.read_heartbeats()) or beats, time.time())
+    ranks = hang_rule.seen_ranks(this_attempt(ctx, ctx.run.read_heartbeats()) or beats, time.time())
     if not hang_rule.overdue(ctx.settings, ranks, median_s):
         # Seen once in a soak, 4 s after a warm restart on a loaded node: rank 0 overdue at the
         # first look, every rank 0.6 s into its step at the second.
@@ -275,17 +275,17 @@ def ranks_gone(
         if not gone:
             return False
         say(f"no heartbeat from {', '.join(gone)} and no answer: ending the step")
-    ranks = hang_rule.observe(beats, time.time())
+    ranks = hang_rule.seen_ranks(beats, time.time())
     end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
     return True
 
 
-def watch(ctx: Context, step_pid: int, poll_s: float) -> int:
+def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
     """Read the heartbeats every `poll_s`; look for failure reports and the step's end every tick."""
     samples: dict[tuple[int, int], float] = {}
     gone_since: float | None = None
     answered: dict[str, float] = {}  # silent nodes that answered a probe, and when
-    silent_after = hang_rule.node_silent_after(ctx.settings)
+    silent_after = ctx.settings.node_silent_after
     beats: list[Heartbeat] = []
     silent: list[str] = []
     next_read = 0.0
@@ -294,7 +294,7 @@ def watch(ctx: Context, step_pid: int, poll_s: float) -> int:
         if now >= next_read:
             next_read = now + poll_s
             beats = this_attempt(ctx, ctx.run.read_heartbeats())
-            ranks = hang_rule.observe(beats, now)
+            ranks = hang_rule.seen_ranks(beats, now)
             for seen in ranks:
                 if seen.step_s:
                     samples[(seen.rank, seen.step)] = seen.step_s
@@ -342,10 +342,10 @@ def context_from_env() -> Context:
     return Context(
         run=run,
         settings=resolved.job.watchdog,
-        attempt=heartbeat.current_attempt(),
+        attempt=slots.current_attempt(),
         job_id=os.environ.get("SLURM_JOB_ID", ""),
         node=os.environ.get("SLURMD_NODENAME", "") or socket.gethostname(),
-        signum=heartbeat.stack_signal(resolved.preemption.signal),
+        signum=slots.stack_signal(resolved.preemption.signal),
     )
 
 
@@ -370,10 +370,10 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(0))
     try:
         # Reading every node file once per interval: the reads stay as bounded as the writes.
-        return watch(ctx, args.step_pid, poll_s=ctx.settings.heartbeat_interval)
+        return guard_step(ctx, args.step_pid, poll_s=ctx.settings.heartbeat_interval)
     finally:  # this node's slot files (other nodes' go with their /dev/shm, or stay: 16 KiB each)
         for beat in this_attempt(ctx, ctx.run.read_heartbeats()):
-            heartbeat.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
+            slots.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
 
 
 if __name__ == "__main__":

@@ -125,7 +125,7 @@ def resolve_trials(
 
 
 def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> None:
-    from hpctrain.supervisor.prune import EVAL_FIELDS
+    from hpctrain.rundir.lines import EVAL_FIELDS
 
     if chosen.early_stop is None:
         return

@@ -34,10 +34,9 @@ def hang_in_a_collective(run_dir: Path) -> None:
     waits behind a kernel that outlasts the collective timeout."""
     import torch.distributed as dist
 
-    from hpctrain.runtime import bootstrap
-    from hpctrain.supervisor import hang_rule
+    from hpctrain.runtime import bootstrap, collective_timeout
 
-    hang_rule.apply_nccl_env(run_dir, COLLECTIVE_TIMEOUT_S, "nccl", torch.__version__)
+    collective_timeout.apply_nccl_env(run_dir, COLLECTIVE_TIMEOUT_S, "nccl", torch.__version__)
     info = bootstrap.single({})  # a world of one, as a plain process gets
     bootstrap.init_process_group(info, "nccl", COLLECTIVE_TIMEOUT_S)
     tensor = torch.ones(1 << 20, device="cuda")

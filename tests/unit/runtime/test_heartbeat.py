@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 from pathlib import Path
@@ -11,9 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpctrain.rundir import Heartbeat, RunDir
-from hpctrain.runtime import heartbeat
-from hpctrain.runtime.heartbeat import (
+from hpctrain.rundir import Heartbeat, RunDir, slots
+from hpctrain.rundir.slots import (
     ALIVE,
     ALIVE_AT,
     FILE_SIZE,
@@ -26,11 +26,11 @@ from hpctrain.runtime.heartbeat import (
     PROGRESS,
     PROGRESS_AT,
     SLOT_SIZE,
-    RankHeartbeat,
-    Where,
     decode_slot,
     decode_slots,
 )
+from hpctrain.runtime import heartbeat
+from hpctrain.runtime.heartbeat import RankHeartbeat, Where
 
 
 @pytest.fixture
@@ -101,7 +101,7 @@ def test_slot_layout_fits_and_does_not_overlap() -> None:
 
 def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     beat = RankHeartbeat(where(tmp_path, rank=5, local_rank=1))
-    (slot,) = heartbeat.read_slot_file(beat.path)
+    (slot,) = slots.read_slot_file(beat.path)
     assert (slot.rank, slot.beat.phase, slot.beat.step, slot.beat.step_s, slot.pid) == (
         5,
         "startup",
@@ -111,7 +111,7 @@ def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     )
     beat.mark("data", 10)
     beat.mark("forward")
-    (slot,) = heartbeat.read_slot_file(beat.path)
+    (slot,) = slots.read_slot_file(beat.path)
     assert (slot.beat.phase, slot.beat.step, slot.beat.step_s) == (
         "forward",
         10,
@@ -119,7 +119,7 @@ def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     )  # the first step has not ended
     since = slot.beat.step_since
     beat.mark("data", 11)
-    (slot,) = heartbeat.read_slot_file(beat.path)
+    (slot,) = slots.read_slot_file(beat.path)
     assert (
         slot.beat.step == 11
         and slot.beat.step_s is not None
@@ -129,9 +129,9 @@ def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     assert beat.path.parent == slot_dir and "77-2-nodeA" in beat.path.name
     other_run = RankHeartbeat(where(tmp_path / "other", rank=5, local_rank=1))
     assert other_run.path != beat.path  # two runs on one host never share slots
-    heartbeat.stack_file(beat.path, 5).write_text("stacks")
-    heartbeat.remove_node_files(tmp_path, "77", 2, "nodeA")
-    assert not beat.path.exists() and not heartbeat.stack_file(beat.path, 5).exists()
+    slots.stack_file(beat.path, 5).write_text("stacks")
+    slots.remove_node_files(tmp_path, "77", 2, "nodeA")
+    assert not beat.path.exists() and not slots.stack_file(beat.path, 5).exists()
     assert other_run.path.exists()
 
 
@@ -165,19 +165,19 @@ def test_one_writer_per_node_and_takeover_when_it_stops(slot_dir: Path, tmp_path
 def test_start_registers_faulthandler_on_a_signal_that_is_not_the_preemption_signal(
     slot_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    assert heartbeat.stack_signal("USR1") == heartbeat.signal.SIGUSR2
-    assert heartbeat.stack_signal("SIGUSR2") == heartbeat.signal.SIGUSR1
-    assert heartbeat.stack_signal("TERM") == heartbeat.signal.SIGUSR2
+    assert slots.stack_signal("USR1") == signal.SIGUSR2
+    assert slots.stack_signal("SIGUSR2") == signal.SIGUSR1
+    assert slots.stack_signal("TERM") == signal.SIGUSR2
     monkeypatch.setenv("HPCTRAIN_ATTEMPT", "3")
     started = heartbeat.start(tmp_path, 0, 0, "nodeB", "88", 1.0, "USR1")
     try:
         assert started is not None and started.where.attempt == 3
         heartbeat.mark("eval", 4)
-        (slot,) = heartbeat.read_slot_file(started.path)
+        (slot,) = slots.read_slot_file(started.path)
         assert (slot.beat.phase, slot.beat.step) == ("eval", 4)
-        os.kill(os.getpid(), heartbeat.signal.SIGUSR2)
+        os.kill(os.getpid(), signal.SIGUSR2)
         time.sleep(0.2)
-        text = heartbeat.stack_file(started.path, 0).read_text()
+        text = slots.stack_file(started.path, 0).read_text()
         assert "test_heartbeat.py" in text
         heartbeat.finish()
         assert not started.path.exists() and heartbeat._current is None
@@ -185,15 +185,16 @@ def test_start_registers_faulthandler_on_a_signal_that_is_not_the_preemption_sig
     finally:
         if started is not None:
             started.stop()
-            heartbeat.faulthandler.unregister(heartbeat.signal.SIGUSR2)
+            heartbeat.faulthandler.unregister(signal.SIGUSR2)
         heartbeat._current = None
     assert heartbeat.start(tmp_path, 0, 10_000, "nodeB", "88", 1.0, "USR1") is None
 
 
 def test_heartbeat_module_imports_no_torch() -> None:
+    """A rank starts its heartbeat before it imports torch: start-up is a phase the watchdog times."""
     import subprocess
 
-    code = "import sys, hpctrain.runtime.heartbeat, hpctrain.supervisor.watchdog, hpctrain.runs.health; "
+    code = "import sys, hpctrain.runtime.heartbeat; "
     code += "print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"

@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, RunDir, append_line, attempts
-from hpctrain.rundir.attempts import History, run_summary, summarize, summary_line
+from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, RunDir, append_line
+from hpctrain.rundir.attempts import FAULTS, History, Outcome, run_summary, summarize, summary_line
 from hpctrain.scheduler.slurm.facts import FailedTask
 from hpctrain.spec.job import Restart
 from hpctrain.supervisor.supervise import (
@@ -212,14 +212,11 @@ def test_set_aside_failures_moves_the_reports(tmp_path: Path) -> None:
     assert run.read_failures() == [] and (run.failures / "stacks").is_dir()
 
 
-OUTCOMES = st.sampled_from(
-    [attempts.COMPLETED, attempts.PREEMPTED, attempts.HANG, attempts.RANK_FAILURE, attempts.NODE_FAILURE,
-     attempts.PREFLIGHT, attempts.FAILED]
-)  # fmt: skip
+OUTCOMES = st.sampled_from(list(Outcome))
 POLICIES = st.builds(
     Restart,
     max=st.integers(0, 5),
-    on=st.lists(st.sampled_from(list(attempts.FAULTS)), unique=True),
+    on=st.lists(st.sampled_from(list(FAULTS)), unique=True),
     exclude_failed_nodes=st.booleans(),
     shrink=st.booleans(),
     min_nodes=st.one_of(st.none(), st.integers(1, 3)),
@@ -260,14 +257,14 @@ def test_decisions_keep_their_promises(
         assert not excluded & set(decision.nodes) and set(decision.nodes) <= set(allocation)
         if len(decision.nodes) < planned:
             assert policy.shrink and len(decision.nodes) >= (policy.min_nodes or 1)
-        if last is not None and last.outcome == attempts.NODE_FAILURE:
+        if last is not None and last.outcome == Outcome.NODE_FAILURE:
             assert not set(last.failed_nodes) & set(decision.nodes)
     if decision.action == "requeue":
         assert set(decision.exclude) == excluded
-    if last is not None and last.outcome in attempts.FAULTS and decision.action in ("launch", "requeue"):
+    if last is not None and last.outcome in FAULTS and decision.action in ("launch", "requeue"):
         # A restart happens only within the budget and for a fault the policy names.
         assert len(history.restarts()) <= policy.max and last.outcome in policy.on
-    if last is not None and last.outcome == attempts.FAILED:
+    if last is not None and last.outcome == Outcome.FAILED:
         assert decision == Decision("fail", 5)
     if decision.action == "fail":
         assert decision.code == 5

@@ -1,4 +1,4 @@
-"""The hang rule, the diagnosis and its summary, stack parsing, the collective-timeout derivation,
+"""The hang rule, the diagnosis and its summary, stack parsing,
 the status lines, and the watchdog process against real rank processes (one of them STOPped)."""
 
 from __future__ import annotations
@@ -77,80 +77,9 @@ def test_observe_counts_idle_and_silence_on_the_nodes_clock_plus_the_files_age()
             3: RankBeat(step=8, phase="collective", time=999.5, step_since=995.0),
         },
     )
-    two, three = hang_rule.observe([beat], now=1004.0)
+    two, three = hang_rule.seen_ranks([beat], now=1004.0)
     assert (two.rank, two.node, two.idle_s, two.silent_s, two.responsive) == (2, "node2", 24.0, 14.0, False)
     assert (three.idle_s, three.silent_s, three.responsive, three.step_s) == (9.0, 4.5, True, None)
-
-
-@given(
-    hang=st.floats(1, 1e5),
-    startup=st.floats(1, 1e5),
-    slow=st.floats(1, 1e5),
-    interval=st.floats(0.5, 600),
-    train_timeout=st.integers(10, 10**6),
-    enabled=st.booleans(),
-)
-def test_the_collective_timeout_outlasts_every_fixed_allowance_and_bounds_the_job(
-    hang: float, startup: float, slow: float, interval: float, train_timeout: int, enabled: bool
-) -> None:
-    settings = Watchdog(
-        enabled=enabled,
-        hang_timeout=hang,
-        startup_timeout=startup,
-        slow_phase_timeout=slow,
-        heartbeat_interval=interval,
-    )
-    timeout = hang_rule.collective_timeout_s(settings, train_timeout)
-    assert isinstance(timeout, int) and timeout >= train_timeout
-    if not enabled:
-        assert timeout == train_timeout
-        return
-    # The watchdog declares a hang (and has time to end the step) before a collective times out...
-    assert (
-        timeout
-        >= max(hang, startup, slow) + hang_rule.node_silent_after(settings) + hang_rule.ENDING_MARGIN_S
-    )
-    # ...and, unless the user asked for longer, a job whose watchdog is gone ends soon after.
-    bound = max(hang, startup, slow) + hang_rule.node_silent_after(settings) + hang_rule.ENDING_MARGIN_S + 1
-    assert timeout <= max(train_timeout, bound)
-
-
-def test_default_collective_timeout_and_nccl_settings(tmp_path: Path) -> None:
-    assert hang_rule.collective_timeout_s(Watchdog(), 120) == 600 + 15 + 60
-    for new_names, buffer, dump_file in (
-        (True, "TORCH_FR_BUFFER_SIZE", "TORCH_FR_DUMP_TEMP_FILE"),
-        (False, "TORCH_NCCL_TRACE_BUFFER_SIZE", "TORCH_NCCL_DEBUG_INFO_TEMP_FILE"),
-    ):
-        env = hang_rule.nccl_env(RunDir(tmp_path), 675, flight_recorder_names=new_names)
-        assert env["TORCH_NCCL_ASYNC_ERROR_HANDLING"] == "1"
-        assert env["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-        assert int(env[buffer]) > 0
-        assert env[dump_file].startswith(str(tmp_path / "failures") + "/")
-        assert int(env["TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC"]) > 675
-
-
-NCCL_KEYS = (
-    "TORCH_NCCL_DUMP_ON_TIMEOUT",
-    "TORCH_FR_BUFFER_SIZE",
-    "TORCH_FR_DUMP_TEMP_FILE",
-    "TORCH_NCCL_TRACE_BUFFER_SIZE",
-    "TORCH_NCCL_DEBUG_INFO_TEMP_FILE",
-    "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC",
-)
-
-
-def test_apply_nccl_env_keeps_what_the_user_set(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    for key in NCCL_KEYS:
-        monkeypatch.delenv(key, raising=False)
-    monkeypatch.setenv("TORCH_FR_BUFFER_SIZE", "7")
-    hang_rule.apply_nccl_env(tmp_path, 100, "gloo", "2.13.0+cpu")
-    assert os.environ["TORCH_FR_BUFFER_SIZE"] == "7"
-    assert os.environ["TORCH_NCCL_DUMP_ON_TIMEOUT"] == "1"
-    assert "TORCH_NCCL_TRACE_BUFFER_SIZE" not in os.environ  # the old name warns on new torch
-    assert not (tmp_path / "failures").exists()  # only NCCL dumps there
-    hang_rule.apply_nccl_env(tmp_path, 100, "nccl", "2.4.1")
-    assert os.environ["TORCH_NCCL_TRACE_BUFFER_SIZE"] == "2000"
-    assert (tmp_path / "failures").is_dir()
 
 
 # -- the diagnosis ------------------------------------------------------------------------------
@@ -382,7 +311,7 @@ def silent_node_run(
     ctx = context(run, Watchdog(hang_timeout=10, heartbeat_interval=1), started=now - 60)
     step = subprocess.Popen(["sleep", "60"])
     try:
-        assert watchdog.watch(ctx, step.pid, poll_s=0.1) == 0
+        assert watchdog.guard_step(ctx, step.pid, poll_s=0.1) == 0
     finally:
         step.kill()
         step.wait()
@@ -440,7 +369,7 @@ def test_a_failure_report_ends_the_step_within_the_grace_not_a_heartbeat_interva
     step = subprocess.Popen(["sleep", "60"])
     try:
         writer.start()
-        assert watchdog.watch(ctx, step.pid, poll_s=30) == 0
+        assert watchdog.guard_step(ctx, step.pid, poll_s=30) == 0
     finally:
         writer.join()
         step.kill()
@@ -521,7 +450,7 @@ def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
     monkeypatch.setattr(watchdog, "end_step", lambda *args: ended.append(args))
     ctx = context(run, Watchdog(hang_timeout=5, heartbeat_interval=1), started=now - 60)
     try:
-        assert watchdog.watch(ctx, step.pid, poll_s=0.2) == 0
+        assert watchdog.guard_step(ctx, step.pid, poll_s=0.2) == 0
     finally:
         step.kill()
         step.wait()

@@ -103,7 +103,7 @@ class RankTimes:
 
     # -- the hot path: three stamps per step ------------------------------------------------------
 
-    def watch(self, parameters: Iterable[nn.Parameter]) -> None:
+    def hook_gradients(self, parameters: Iterable[nn.Parameter]) -> None:
         """Stamp 'ready' when a gradient lands. After the first step only the parameter whose gradient
         came last keeps its hook: one call per step, not one per tensor."""
         for parameter in parameters:
