@@ -206,9 +206,9 @@ def test_site_by_name_and_unknown_site() -> None:
 
 def test_field_docs_cover_every_field() -> None:
     rows = spec.field_docs(spec.JobSpec)
-    names = {r[0] for r in rows}
+    names = {r.name for r in rows}
     assert {"resources.nodes", "train.parallel.tp", "train.parallel.ps.mode", "preemption.signal"} <= names
-    assert all(desc for name, _, desc in rows), [name for name, _, desc in rows if not desc]
+    assert all(r.description for r in rows), [r.name for r in rows if not r.description]
 
 
 class _Parent(msgspec.Struct, kw_only=True):
@@ -226,7 +226,7 @@ class _Child(_Parent, kw_only=True):
 
 
 def test_field_docs_read_the_string_below_each_field_over_the_bases() -> None:
-    rows = {name: (kind, text) for name, kind, text in spec.field_docs(_Child)}
+    rows = {r.name: (r.type, r.description) for r in spec.field_docs(_Child)}
     assert rows["inherited"] == ("int", "Declared in the base over two lines.")
     assert rows["plain"] == ("str", "Below its field.")
     assert rows["undocumented"] == ("int", "")
@@ -237,4 +237,4 @@ def test_field_docs_read_the_string_below_each_field_over_the_bases() -> None:
 def test_field_docs_without_source_are_empty_not_an_error() -> None:
     namespace: dict[str, object] = {"msgspec": msgspec}
     exec("class Sourceless(msgspec.Struct):\n    x: int = 0\n    'no file to read this from'\n", namespace)
-    assert spec.field_docs(namespace["Sourceless"]) == [("x", "int", "")]  # type: ignore[arg-type]
+    assert spec.field_docs(namespace["Sourceless"]) == [("x", "int", "0", "")]  # type: ignore[arg-type]
