@@ -6,8 +6,6 @@ import argparse
 import textwrap
 from typing import TYPE_CHECKING
 
-from hpctrain.spec.docs import REQUIRED
-
 if TYPE_CHECKING:
     from hpctrain.spec import FieldDoc
 
@@ -52,6 +50,8 @@ def rows_of(what: str, field: str) -> list[FieldDoc]:
 def entry(row: FieldDoc) -> str:
     """A field as explain prints it: name, type and default on the first line, the meaning indented
     below, every line at most WIDTH columns."""
+    from hpctrain.spec.docs import REQUIRED
+
     default = {"": "", REQUIRED: f", {REQUIRED}"}.get(row.default, f", default {row.default}")
     facts = f"{row.type}{default}"
     head = textwrap.wrap(f"{row.name} ({facts})", WIDTH, subsequent_indent="    ", break_on_hyphens=False)
