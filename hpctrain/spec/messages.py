@@ -22,7 +22,7 @@ _STEP = re.compile(r"\.([^.\[]+)|\[(\d+)\]|\[\.\.\.\]")
 _ABSENT = object()
 
 
-def field_path(message: str) -> tuple[str, str]:
+def _field_path(message: str) -> tuple[str, str]:
     """Split msgspec's 'problem - at `$.a.b`' into ('$.a.b', 'problem'); ('', message) without a path."""
     problem, sep, where = message.rpartition(" - at `")
     return (where.rstrip("`"), problem) if sep else ("", message)
@@ -30,7 +30,7 @@ def field_path(message: str) -> tuple[str, str]:
 
 def describe(kind: type[msgspec.Struct], data: Any, message: str) -> tuple[str, str]:
     """(dotted field, problem) for msgspec's error `message` on converting `data` into `kind`."""
-    raw_path, problem = field_path(message)
+    raw_path, problem = _field_path(message)
     hint, value, names = _walk(kind, data, raw_path.removeprefix("$"))
     # A __post_init__ ValueError reads "field: problem" at its struct's path.
     inner = re.match(r"^(\w+): (.*)$", problem)
