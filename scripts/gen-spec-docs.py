@@ -36,6 +36,8 @@ class Target(NamedTuple):
     preamble: str
     name: str = ""
     source: str = "hpctrain/spec/"
+    defaults: bool = True
+    """A Default column ("required" for a field that must be given); a file's reference has none."""
 
     @property
     def section(self) -> str:
@@ -63,6 +65,7 @@ TARGETS = [
         "# The run directory\n",
         name="run-directory file",
         source="hpctrain/rundir/",
+        defaults=False,
     ),
 ]
 
@@ -72,32 +75,36 @@ def cell(text: str) -> str:
     return text.replace("|", r"\|").replace("\n", " ")
 
 
-def table(kind: type[msgspec.Struct]) -> str:
+def table(kind: type[msgspec.Struct], defaults: bool = True) -> str:
     """The Markdown reference table of a spec type, one row per (nested) field."""
     rows = field_docs(kind)
     # Fields under a dict of structs (Site.partitions) are keyed by a name the user picks.
-    names = [name for name, _, _ in rows]
+    names = [row.name for row in rows]
     keyed = {
-        name
-        for name, type_name, _ in rows
-        if type_name.startswith("dict[") and any(n.startswith(name + ".") for n in names)
+        row.name
+        for row in rows
+        if row.type.startswith("dict[") and any(n.startswith(row.name + ".") for n in names)
     }
-    lines = ["| Field | Type | Description |", "| --- | --- | --- |"]
-    for name, type_name, description in rows:
-        parent = next((k for k in keyed if name.startswith(k + ".")), None)
-        shown = f"{parent}.<name>{name[len(parent) :]}" if parent else name
-        lines.append(f"| `{cell(shown)}` | `{cell(type_name)}` | {cell(description)} |")
+    columns = ["Field", "Type", *(["Default"] if defaults else []), "Description"]
+    lines = ["| " + " | ".join(columns) + " |", "|" + " --- |" * len(columns)]
+    for row in rows:
+        parent = next((k for k in keyed if row.name.startswith(k + ".")), None)
+        shown = f"{parent}.<name>{row.name[len(parent) :]}" if parent else row.name
+        default = [f"`{cell(row.default)}`" if row.default else ""] if defaults else []
+        cells = [f"`{cell(shown)}`", f"`{cell(row.type)}`", *default, cell(row.description)]
+        lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
 def tables(target: Target) -> str:
     if len(target.kinds) == 1:
-        return table(target.kinds[0])
+        return table(target.kinds[0], target.defaults)
     parts = []
     for kind in target.kinds:
         summary = " ".join((kind.__doc__ or "").split())
         files = ", ".join(f"`{name}`" for name, kinds in rundir.file_structs().items() if kind in kinds)
-        parts.append(f"### {kind.__name__}{f' ({files})' if files else ''}\n\n{summary}\n\n{table(kind)}")
+        heading = f"### {kind.__name__}{f' ({files})' if files else ''}"
+        parts.append(f"{heading}\n\n{summary}\n\n{table(kind, target.defaults)}")
     return "\n".join(parts)
 
 

@@ -3,8 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import textwrap
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from hpctrain.spec import FieldDoc
 
 WHAT = ("job", "site", "files")
+WIDTH = 100
+"""Columns of the widest line explain prints."""
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -23,8 +30,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def rows_of(what: str, field: str) -> list[list[str]]:
-    """(field, type, meaning) rows of `what`, only those under `field` when it is given."""
+def rows_of(what: str, field: str) -> list[FieldDoc]:
+    """The documented fields of `what`, only those under `field` when it is given."""
     from hpctrain import rundir, spec
 
     if what == "files":
@@ -37,11 +44,22 @@ def rows_of(what: str, field: str) -> list[list[str]]:
     else:
         docs = spec.field_docs(spec.JobSpec if what == "job" else spec.Site)
     field = field.rstrip(".")
-    return [list(r) for r in docs if not field or r[0] == field or r[0].startswith(field + ".")]
+    return [r for r in docs if not field or r.name == field or r.name.startswith(field + ".")]
+
+
+def entry(row: FieldDoc) -> str:
+    """A field as explain prints it: name, type and default on the first line, the meaning indented
+    below, every line at most WIDTH columns."""
+    from hpctrain.spec.docs import REQUIRED
+
+    default = {"": "", REQUIRED: f", {REQUIRED}"}.get(row.default, f", default {row.default}")
+    facts = f"{row.type}{default}"
+    head = textwrap.wrap(f"{row.name} ({facts})", WIDTH, subsequent_indent="    ", break_on_hyphens=False)
+    body = textwrap.wrap(row.description, WIDTH, initial_indent="    ", subsequent_indent="    ")
+    return "\n".join(head + body)
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.cli.view.table import table
     from hpctrain.errors import SpecError
 
     rows = rows_of(args.what, args.field)
@@ -53,5 +71,5 @@ def run(args: argparse.Namespace) -> int:
         else:
             missing, listed = "field", f"`hpctrain explain {args.what}` lists them"
         raise SpecError(f"explain {args.what}: no {missing} {args.field!r}; {listed}")
-    print(table(rows, ["FIELD", "TYPE", "MEANING"]))
+    print("\n".join(entry(row) for row in rows))
     return 0

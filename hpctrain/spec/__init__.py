@@ -12,7 +12,7 @@ Imports stay light (msgspec, yaml): the CLI must start fast on a login node.
 
 from hpctrain.errors import SpecError
 from hpctrain.spec.base import Base
-from hpctrain.spec.docs import field_docs
+from hpctrain.spec.docs import FieldDoc, field_docs
 from hpctrain.spec.job import (
     SHORTHANDS,
     JobSpec,
@@ -43,6 +43,7 @@ __all__ = [
     "SHORTHANDS",
     "Base",
     "EarlyStop",
+    "FieldDoc",
     "JobSpec",
     "Network",
     "Parallel",

@@ -6,7 +6,7 @@ import msgspec
 from msgspec import Meta
 
 # The vocabulary of both halves of the spec (job.py and site.py), named in one place.
-from hpctrain.spec.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmWord
+from hpctrain.spec.slurm_values import EnvValue, Line, NodeName, ShellLine, SlurmMemory, SlurmTime, SlurmWord
 
 Count = Annotated[int, Meta(ge=1)]
 """A number of things, at least one (nodes, trials)."""
@@ -34,6 +34,8 @@ __all__ = [
     "Positive",
     "Seconds",
     "ShellLine",
+    "SlurmMemory",
+    "SlurmTime",
     "SlurmWord",
     "Whole",
 ]

@@ -7,23 +7,62 @@ does), so that the declaration reads as plain Python and its text is written onc
 import functools
 import itertools
 import typing
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, NamedTuple
 
 import msgspec
 
+REQUIRED = "required"
 
-def field_docs(kind: type[msgspec.Struct], prefix: str = "") -> list[tuple[str, str, str]]:
-    """(dotted field, type, description) for every field: the help text and the reference docs."""
-    rows: list[tuple[str, str, str]] = []
+
+class FieldDoc(NamedTuple):
+    """One field's entry in the reference: what `hpctrain explain` prints and docs/ tabulate."""
+
+    name: str
+    """Dotted field name (train.steps)."""
+    type: str
+    """The type as a reader writes it (int, ddp|fsdp, str or int (optional))."""
+    default: str
+    """The default as YAML writes it ("unset" for null), "required" when the field must be given, "" for a
+    section."""
+    description: str
+    """The string below the field's declaration, on one line."""
+
+
+def field_docs(kind: type[msgspec.Struct], prefix: str = "") -> list[FieldDoc]:
+    """Every field of `kind`, nested sections' fields after their section's: the help text and the docs."""
+    rows: list[FieldDoc] = []
     hints = typing.get_type_hints(kind, include_extras=True)
     docs = attribute_docs(kind)
-    for name in kind.__struct_fields__:
-        hint = hints[name]
-        rows.append((prefix + name, _type_name(hint), docs.get(name, "")))
+    for info in msgspec.structs.fields(kind):
+        name, hint = info.name, hints[info.name]
+        rows.append(FieldDoc(prefix + name, _type_name(hint), default_text(info), docs.get(name, "")))
         for arg in _members(hint):
             if isinstance(arg, type) and issubclass(arg, msgspec.Struct):
                 rows.extend(field_docs(arg, prefix + name + "."))
     return rows
+
+
+def default_text(info: msgspec.structs.FieldInfo) -> str:
+    """The field's default as a YAML file would write it ("unset" for null); "required" without one, "" for
+    a section (its own fields show theirs)."""
+    if info.required:
+        return REQUIRED
+    value = info.default_factory() if info.default is msgspec.NODEFAULT else info.default
+    if isinstance(value, msgspec.Struct):
+        return ""
+    return "unset" if value is None else _yaml_text(value)
+
+
+def _yaml_text(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list):
+        return "[" + ", ".join(_yaml_text(item) for item in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{key}: {_yaml_text(item)}" for key, item in value.items()) + "}"
+    return str(value)
 
 
 @functools.cache

@@ -19,11 +19,14 @@ from hpctrain.spec.base import (
     Positive,
     Seconds,
     ShellLine,
+    SlurmMemory,
+    SlurmTime,
     SlurmWord,
     Whole,
 )
 from hpctrain.spec.layout import DIMS, Layout, check_request
 from hpctrain.spec.slurm_values import (
+    ENTRYPOINT,
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
@@ -34,10 +37,11 @@ from hpctrain.spec.slurm_values import (
     MailUser,
     check,
     check_env,
-    memory_mb,
     sbatch_option_problem,
+    settle,
     signal_name,
-    time_minutes,
+    spec_memory,
+    spec_time,
 )
 from hpctrain.spec.sweep import Sweep
 
@@ -59,10 +63,14 @@ class Resources(Base):
     """Processes per node; defaults to gpus_per_node (or 1 on CPU jobs)."""
     cpus_per_task: Count = 1
     """CPU cores per task (per GPU)."""
-    mem: str | None = None
-    """Memory per node, Slurm syntax (16G); site default if unset."""
-    time: str = "00:30:00"
-    """Time limit, Slurm syntax (HH:MM:SS, D-HH:MM)."""
+    mem: SlurmMemory | None = None
+    """Memory per node: Slurm syntax (16G, 4000M) or a whole number of megabytes (4000, as sbatch reads it);
+    site default if unset.
+    """
+    time: SlurmTime = "00:30:00"
+    """Time limit: a whole number of minutes (30, as sbatch reads it), HH:MM:SS, D-HH or D-HH:MM:SS. MM:SS is
+    refused as ambiguous (Slurm reads 1:30 as 90 seconds): write 00:01:30 or 01:30:00.
+    """
     partition: SlurmWord | None = None
     """Partition; site default if unset."""
     account: SlurmWord | None = None
@@ -85,9 +93,9 @@ class Resources(Base):
     """Licenses to hold (--licenses=matlab:1)."""
 
     def __post_init__(self) -> None:
-        check("time", time_minutes, self.time)
+        settle(self, "time", spec_time)
         if self.mem is not None:
-            check("mem", memory_mb, self.mem)
+            settle(self, "mem", spec_memory)
         if self.tasks_per_node is not None and self.tasks_per_node < 1:
             raise ValueError("tasks_per_node: must be >= 1")
         if len(self.nodelist) > self.nodes:
@@ -120,14 +128,18 @@ class ParameterServer(Base):
     """Nodes for the server component."""
     cpus_per_server: Count = 1
     """CPU cores per server."""
-    mem: str | None = None
-    """Memory per server node (Slurm syntax)."""
+    mem: SlurmMemory | None = None
+    """Memory per server node: Slurm syntax (16G) or a whole number of megabytes."""
     worker_timeout: Seconds = 30.0
     """Seconds of silence after which async servers drop a worker."""
     feeding: Literal["between-graph", "in-graph"] = "between-graph"
     """between-graph: each worker reads its own data shard; in-graph: server 0 reads the data and sends each
     worker its batch with its reply.
     """
+
+    def __post_init__(self) -> None:
+        if self.mem is not None:
+            settle(self, "mem", spec_memory)
 
 
 class Parallel(Base):
@@ -186,7 +198,7 @@ SHORTHANDS: dict[str, Parallel] = {
 class Train(Base):
     """What the runtime does inside the allocation."""
 
-    entrypoint: Annotated[str, Meta(pattern=r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z")]
+    entrypoint: Annotated[str, Meta(pattern=ENTRYPOINT)]
     """module:function returning an hpctrain.runtime.task.Task."""
     parallel: Literal["ddp", "fsdp", "tp", "pp", "ps"] | Parallel = "ddp"
     """Shorthand (ddp, fsdp, tp, pp, ps) or explicit dims {dp, fsdp, tp, pp, ...}."""

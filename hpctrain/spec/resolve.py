@@ -1,6 +1,5 @@
 """Loading job and site files, --set overrides, and resolve(): a job checked against a site."""
 
-import re
 from pathlib import Path
 from typing import Any
 
@@ -11,11 +10,7 @@ from hpctrain.spec.base import Base
 from hpctrain.spec.job import SHORTHANDS, JobSpec, Parallel, ParameterServer, Preemption, Resources
 from hpctrain.spec.layout import LayoutError
 from hpctrain.spec.site import Partition, Site
-from hpctrain.spec.slurm_values import (
-    PATTERN_WORDS,
-    memory_mb,
-    time_minutes,
-)
+from hpctrain.spec.slurm_values import memory_mb, time_minutes
 
 # ----------------------------------------------------------------------------------------------
 # Loading, overrides, cross-checks
@@ -95,30 +90,16 @@ def _override_value(raw: str, key: str, literal: bool) -> Any:
         raise
 
 
-def _field_path(message: str) -> tuple[str, str]:
-    """Split msgspec's 'problem - at `$.a.b`' into ('a.b', 'problem')."""
-    problem, sep, where = message.rpartition(" - at `")
-    if not sep:
-        return "", message
-    path = where.rstrip("`").removeprefix("$").lstrip(".")
-    return path, problem
-
-
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
+    """`data` as a `kind` struct; every problem is a one-line SpecError naming the file and the field."""
+    from hpctrain.spec import messages
     from hpctrain.spec import yaml_reader as spec_yaml
 
     spec_yaml.check_values(data, (), origin)
     try:
         return msgspec.convert(data, kind, strict=False)
     except msgspec.ValidationError as err:
-        path, problem = _field_path(str(err))
-        inner = re.match(r"^(\w+): (.*)$", problem)
-        if inner and not problem.startswith("Expected"):
-            path = f"{path}.{inner.group(1)}" if path else inner.group(1)
-            problem = inner.group(2)
-        problem = problem.replace("Object contains unknown field", "unknown field")
-        for pattern, words in PATTERN_WORDS.items():
-            problem = problem.replace(f"matching regex {pattern!r}", f"of {words}")
+        path, problem = messages.describe(kind, data, str(err))
         where = f" {path}:" if path else ""
         raise SpecError(f"{origin}:{where} {problem}") from None
 
@@ -250,13 +231,8 @@ def _check_servers(ps: ParameterServer, site: Site, part_name: str, job_origin: 
     def refuse(field: str, problem: str) -> SpecError:
         return SpecError(f"{job_origin}: train.parallel.ps.{field}: {problem}")
 
-    if ps.mem is not None:
-        try:
-            mem = memory_mb(ps.mem)
-        except ValueError as err:
-            raise refuse("mem", str(err)) from None
-        if mem > memory_mb(part.mem_per_node):
-            raise refuse("mem", f"{ps.mem} per node asked, {where} has {part.mem_per_node}")
+    if ps.mem is not None and memory_mb(ps.mem) > memory_mb(part.mem_per_node):
+        raise refuse("mem", f"{ps.mem} per node asked, {where} has {part.mem_per_node}")
     if ps.cpus_per_server > part.cpus_per_node:
         raise refuse("cpus_per_server", f"{ps.cpus_per_server} CPUs asked, {where} has {part.cpus_per_node}")
     if not ps.heterogeneous:

@@ -5,9 +5,21 @@ from typing import Annotated, Literal
 
 from msgspec import Meta
 
-from hpctrain.spec.base import Base, Count, EnvValue, Line, NodeName, Positive, ShellLine, SlurmWord, Whole
+from hpctrain.spec.base import (
+    Base,
+    Count,
+    EnvValue,
+    Line,
+    NodeName,
+    Positive,
+    ShellLine,
+    SlurmMemory,
+    SlurmTime,
+    SlurmWord,
+    Whole,
+)
 from hpctrain.spec.job import Preemption
-from hpctrain.spec.slurm_values import NAME, SLURM_WORD, check, check_env, memory_mb, time_minutes
+from hpctrain.spec.slurm_values import NAME, SLURM_WORD, check_env, settle, spec_memory, spec_time
 
 # ----------------------------------------------------------------------------------------------
 # Site profile
@@ -23,10 +35,10 @@ class Partition(Base):
     """GPU gres type (gpu:TYPE:N), e.g. h100; none = untyped."""
     cpus_per_node: Count = 1
     """CPU cores on each node."""
-    mem_per_node: str = "1G"
-    """Allocatable memory per node (Slurm syntax)."""
-    max_time: str = "1-00:00:00"
-    """Partition time limit (Slurm syntax)."""
+    mem_per_node: SlurmMemory = "1G"
+    """Allocatable memory per node: Slurm syntax (16G) or a whole number of megabytes."""
+    max_time: SlurmTime = "1-00:00:00"
+    """Partition time limit: minutes, HH:MM:SS or D-HH:MM:SS (MM:SS is refused as ambiguous)."""
     max_nodes: int | None = None
     """Most nodes one job may have."""
     default: bool = False
@@ -35,8 +47,8 @@ class Partition(Base):
     """The partition's node names; when given, exclude/nodelist must name them."""
 
     def __post_init__(self) -> None:
-        check("max_time", time_minutes, self.max_time)
-        check("mem_per_node", memory_mb, self.mem_per_node)
+        settle(self, "max_time", spec_time)
+        settle(self, "mem_per_node", spec_memory)
 
 
 class Network(Base):

@@ -7,6 +7,7 @@ one of these patterns, because sbatch, not a shell, reads the `#SBATCH` lines.
 import re
 from typing import Annotated, Any
 
+import msgspec
 from msgspec import Meta
 
 # Every pattern is anchored with \A...\Z: msgspec matches with re.search, and `$` also matches
@@ -20,6 +21,7 @@ ENV_NAME = r"\A[A-Za-z_][A-Za-z0-9_]*\Z"
 # One line of text: no control character (below 0x20, or DEL); `setup` lines may hold tabs.
 LINE = r"\A[^\x00-\x1f\x7f]*\Z"
 SHELL_LINE = r"\A[^\x00-\x08\x0a-\x1f\x7f]*\Z"
+ENTRYPOINT = r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z"
 
 # How refusals describe each pattern, instead of printing the regex.
 PATTERN_WORDS = {
@@ -28,6 +30,7 @@ PATTERN_WORDS = {
     ENV_NAME: "letters, digits and _, not starting with a digit",
     LINE: "one line of text (no control characters)",
     SHELL_LINE: "one line of text (no control characters but tab)",
+    ENTRYPOINT: "MODULE:FUNCTION",
 }
 
 SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]
@@ -41,6 +44,10 @@ Comment = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9_.,:+@%=/\-\[\] ]{1,200}\Z")
 MailUser = Annotated[str, Meta(pattern=r"\A[A-Za-z0-9._%+\-]+(@[A-Za-z0-9.\-]+)?\Z")]  # --mail-user
 # YAML users write `OMP_NUM_THREADS: 1`; env values are read as the text written and rendered quoted.
 EnvValue = Line | int | float | bool
+# A YAML int is read the way sbatch reads a bare number (minutes, megabytes); the struct's
+# __post_init__ replaces what was written by its text for sbatch (`spec_time`, `spec_memory`).
+SlurmTime = str | int
+SlurmMemory = str | int
 
 # Names a job or site may not set in `env`: the ones Slurm and hpctrain give the script, those bash
 # treats specially (read-only, or run code: BASH_ENV, PS4, PROMPT_COMMAND...) and those the template
@@ -88,8 +95,10 @@ _TIME = re.compile(r"(?:([0-9]+)-)?([0-9]+)(?::([0-9]+))?(?::([0-9]+))?")
 _MEM = re.compile(r"([0-9]+)([KMGT]?)B?", re.IGNORECASE)
 
 
-def time_minutes(value: str) -> int:
+def time_minutes(value: str | int) -> int:
     """Slurm time limit (`MM`, `MM:SS`, `HH:MM:SS`, `D-HH`, `D-HH:MM`, `D-HH:MM:SS`) in whole minutes."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)  # sbatch reads a bare number as minutes
     match = _TIME.fullmatch(value) if isinstance(value, str) else None
     if not match:
         raise ValueError(f"{value!r} is not a Slurm time (e.g. 30, 01:30:00, 1-12:00:00)")
@@ -118,10 +127,50 @@ def memory_mb(value: str | int) -> int:
     return max(1, int(number * factor))
 
 
+def minutes_text(minutes: int) -> str:
+    """Whole minutes as the time sbatch reads unambiguously: HH:MM:SS, or D-HH:MM:SS from a day on."""
+    days, rest = divmod(minutes, 24 * 60)
+    clock = f"{rest // 60:02d}:{rest % 60:02d}:00"
+    return f"{days}-{clock}" if days else clock
+
+
+def spec_time(value: str | int) -> str:
+    """A time limit as a spec writes it -> the text sbatch gets. An int is minutes, as sbatch reads
+    one; `MM:SS` is refused, because `1:30` meant as 1 h 30 min is 90 seconds to Slurm."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value <= 0:
+            raise ValueError(f"{value} is no time at all; give a positive number of minutes")
+        return minutes_text(value)
+    time_minutes(value)
+    ambiguous = re.fullmatch(r"([0-9]+):([0-9]+)", value)
+    if ambiguous:
+        first, second = (int(part) for part in ambiguous.groups())
+        raise ValueError(
+            f"{value!r} is ambiguous (Slurm reads MM:SS, {first} min {second} s); write "
+            f"00:{first:02d}:{second:02d} for that or {first:02d}:{second:02d}:00 for {first} h {second} min"
+        )
+    return value
+
+
+def spec_memory(value: str | int) -> str:
+    """A memory size as a spec writes it -> the text sbatch gets; an int is megabytes, as sbatch reads one."""
+    memory_mb(value)
+    return f"{value}M" if isinstance(value, int) else value
+
+
 def check(field: str, parse: Any, value: Any) -> None:
     """Run a parser in __post_init__ so that its error names the field."""
     try:
         parse(value)
+    except ValueError as err:
+        raise ValueError(f"{field}: {err}") from None
+
+
+def settle(struct: msgspec.Struct, field: str, parse: Any) -> None:
+    """In __post_init__: replace a field's value as written by what `parse` makes of it (`time: 30`
+    becomes "00:30:00"), so that every reader of the struct sees one form; the error names the field."""
+    try:
+        msgspec.structs.force_setattr(struct, field, parse(getattr(struct, field)))
     except ValueError as err:
         raise ValueError(f"{field}: {err}") from None
 

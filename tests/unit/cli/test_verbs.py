@@ -95,6 +95,20 @@ def test_explain_lists_documented_fields() -> None:
     assert "train.parallel.tp" in proc.stdout and "inside one node" in proc.stdout
 
 
+@pytest.mark.parametrize("what", ["job", "site", "files"])
+def test_explain_shows_defaults_marks_required_fields_and_fits_100_columns(what: str) -> None:
+    proc = run_cli("explain", what)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 100, max(lines, key=len)
+    if what == "job":
+        assert "train.steps (int, default 100)" in lines
+        assert "train.batch_size (int, default 32)" in lines
+        assert "resources.time (str or int, default 00:30:00)" in lines
+        assert "train.entrypoint (str, required)" in lines
+        assert "    Optimizer steps to train." in lines
+
+
 def test_explain_files_names_the_fields_of_a_run_directory_file() -> None:
     proc = run_cli("explain", "files", "result.json")
     assert proc.returncode == 0, proc.stderr

@@ -8,6 +8,7 @@ from types import ModuleType
 
 import pytest
 
+from hpctrain import spec
 from hpctrain.spec import load_site
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -71,3 +72,22 @@ def test_real_cluster_profiles_pin_their_network() -> None:
         assert site.network.interconnect == "infiniband"
         assert {"NCCL_IB_HCA", "NCCL_SOCKET_IFNAME", "NCCL_NET_GDR_LEVEL"} <= site.network.nccl_env.keys()
         assert "UCX_NET_DEVICES" in site.network.ucx_env
+
+
+def test_field_docs_give_each_default_and_mark_required_fields() -> None:
+    defaults = {row.name: row.default for row in spec.field_docs(spec.JobSpec)}
+    assert defaults["name"] == defaults["train.entrypoint"] == "required"
+    assert (defaults["train.steps"], defaults["train.batch_size"]) == ("100", "32")
+    assert (defaults["resources.time"], defaults["resources.mem"]) == ("00:30:00", "unset")
+    assert (defaults["train.tensorboard"], defaults["train.options"]) == ("true", "{}")
+    assert defaults["restart.on"] == "[hang, rank_failure, node_failure]"
+    assert defaults["resources"] == ""  # a section: its fields carry the defaults
+    site = {row.name: row.default for row in spec.field_docs(spec.Site)}
+    assert site["partitions"] == "required" and site["partitions.nodes"] == "required"
+
+
+def test_job_reference_has_a_default_column() -> None:
+    text = (ROOT / "docs" / "job-spec.md").read_text(encoding="utf-8")
+    assert "| Field | Type | Default | Description |" in text
+    assert "| `train.steps` | `int` | `100` |" in text
+    assert "| `train.entrypoint` | `str` | `required` |" in text

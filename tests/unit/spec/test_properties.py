@@ -20,7 +20,7 @@ from typing import Any
 import msgspec
 import pytest
 import yaml
-from hypothesis import given
+from hypothesis import assume, given
 from hypothesis import strategies as st
 
 from hpctrain import spec
@@ -412,3 +412,28 @@ def test_documents_that_expand_are_refused_before_any_work() -> None:
     with pytest.raises(spec.SpecError, match="expands to more than"):
         spec_yaml.load(levels, "bomb.yaml")
     assert sys.getrecursionlimit() > spec_yaml.MAX_DEPTH * 4
+
+
+# Issue 23 item 18: a YAML int is read as sbatch reads a bare number, and renders to what Slurm reads back.
+@given(st.integers(min_value=1, max_value=10**8))
+def test_int_minutes_and_megabytes_render_to_what_the_parsers_read_back(number: int) -> None:
+    from hpctrain.spec.slurm_values import spec_memory, spec_time
+
+    resources = msgspec.convert({"time": number, "mem": number}, spec.Resources)
+    assert resources.time == spec_time(number) and spec.time_minutes(resources.time) == number
+    assert resources.mem == spec_memory(number) and spec.memory_mb(resources.mem) == number
+    assert spec.loads(spec.dumps(spec.resolve(*_job_and_site(resources)))).job.resources == resources
+
+
+@given(st.integers(min_value=0, max_value=10**4), st.integers(min_value=0, max_value=10**4))
+def test_every_mm_ss_time_is_refused_as_ambiguous(first: int, second: int) -> None:
+    assume(first or second)  # 0:0 is refused as no time at all
+    with pytest.raises(msgspec.ValidationError, match=r"is ambiguous .*; write 00:"):
+        msgspec.convert({"time": f"{first}:{second}"}, spec.Resources)
+
+
+def _job_and_site(resources: spec.Resources) -> tuple[spec.JobSpec, spec.Site]:
+    """A job asking for `resources` and a site whose one partition has room for any of them."""
+    job = spec.JobSpec(name="t", train=spec.Train(entrypoint="m:f"), resources=resources)
+    partition = spec.Partition(nodes=1, mem_per_node=resources.mem or 1, max_time="100000-00:00:00")
+    return job, spec.Site(name="s", partitions={"cpu": partition})

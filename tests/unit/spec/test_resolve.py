@@ -67,13 +67,13 @@ def test_overrides_parse_scalars_and_nested_keys(tmp_path: Path) -> None:
     ("overrides", "message"),
     [
         (["resources.nodes=x"], "job.yaml: resources.nodes: Expected `int`, got `str`"),
-        (["resources.nodez=1"], "job.yaml: resources: unknown field `nodez`"),
+        (["resources.nodez=1"], "job.yaml: resources: unknown field `nodez`; did you mean `nodes`?"),
         (["train.steps=0"], "train.steps: Expected `int` >= 1"),
         (["resources.time=abc"], "resources.time: 'abc' is not a Slurm time"),
-        (["name=has space"], "name: Expected `str` of letters, digits and _.-"),
-        (["resources.partition=debug;rm"], "resources.partition: Expected `str` of letters, digits"),
-        (["train.parallel=zero"], "train.parallel: Invalid enum value 'zero'"),
-        (["train.fp8_recipe=blockwise"], "train.fp8_recipe: Invalid enum value 'blockwise'"),
+        (["name=has space"], "name: expected letters, digits and _.-"),
+        (["resources.partition=debug;rm"], "resources.partition: expected letters, digits"),
+        (["train.parallel=zero"], "train.parallel: 'zero' is not one of ddp, fsdp, tp, pp, ps"),
+        (["train.fp8_recipe=blockwise"], "train.fp8_recipe: 'blockwise' is not one of tensorwise,"),
         (["env.1BAD=x"], "env: '1BAD' is not a valid variable name"),
         (["train.parallel.dp=0"], "train.parallel.dp: must be >= 1 or -1, got 0"),
         (["nonsense"], "--set 'nonsense': expected dotted.key=value"),
@@ -112,6 +112,55 @@ def test_site_refusals(tmp_path: Path, overrides: list[str], message: str) -> No
     with pytest.raises(spec.SpecError) as err:
         spec.resolve(job, spec.load_site(LOCAL), "job.yaml")
     assert message in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("written", "time", "minutes"),
+    [("time: 30", "00:30:00", 30), ("time: 90", "01:30:00", 90), ("time: 2880", "2-00:00:00", 2880)],
+)
+def test_an_int_time_is_minutes_as_sbatch_reads_it(
+    tmp_path: Path, written: str, time: str, minutes: int
+) -> None:
+    job = spec.load_job(write(tmp_path, f"name: t\nresources:\n  {written}\ntrain: {{entrypoint: m:f}}\n"))
+    assert job.resources.time == time
+    assert spec.time_minutes(job.resources.time) == minutes
+
+
+def test_an_int_memory_is_megabytes_as_sbatch_reads_it(tmp_path: Path) -> None:
+    job = spec.load_job(write(tmp_path, "name: t\nresources: {mem: 1024}\ntrain: {entrypoint: m:f}\n"))
+    assert job.resources.mem == "1024M" and spec.memory_mb(job.resources.mem) == 1024
+    assert spec.load_job(JOBS / "digits-ps-async.yaml", ["train.parallel.ps.mem=512"]).train.parallel_dims.ps
+    site = tmp_path / "site.yaml"
+    site.write_text("name: s\npartitions: {cpu: {nodes: 1, mem_per_node: 8000, max_time: 120}}\n")
+    partition = spec.load_site(site).partitions["cpu"]
+    assert (partition.mem_per_node, partition.max_time) == ("8000M", "02:00:00")
+
+
+@pytest.mark.parametrize(
+    ("written", "message"),
+    [
+        ("1:30", "resources.time: '1:30' is ambiguous (Slurm reads MM:SS, 1 min 30 s); write 00:01:30"),
+        ("30:00", "or 30:00:00 for 30 h 0 min"),
+    ],
+)
+def test_ambiguous_mm_ss_time_is_refused_with_what_to_write(
+    tmp_path: Path, written: str, message: str
+) -> None:
+    with pytest.raises(spec.SpecError) as err:
+        spec.load_job(write(tmp_path, MINIMAL), [f"resources.time={written}"])
+    assert message in str(err.value) and "\n" not in str(err.value)
+    site = tmp_path / "site.yaml"
+    site.write_text(f"name: s\npartitions: {{cpu: {{nodes: 1, max_time: '{written}'}}}}\n")
+    with pytest.raises(spec.SpecError, match=r"partitions\.cpu\.max_time: .* is ambiguous"):
+        spec.load_site(site)
+
+
+def test_an_int_time_renders_as_minutes(tmp_path: Path) -> None:
+    from hpctrain.launch.render import render
+
+    job = spec.load_job(write(tmp_path, MINIMAL), ["resources.time=45", "resources.mem=2048"])
+    script = render(spec.resolve(job, spec.load_site(LOCAL)), tmp_path / "run")
+    assert "#SBATCH --time=00:45:00\n" in script and "#SBATCH --mem=2048M\n" in script
 
 
 def test_parallel_shorthands_resolve_to_world_size(tmp_path: Path) -> None:
@@ -157,9 +206,9 @@ def test_site_by_name_and_unknown_site() -> None:
 
 def test_field_docs_cover_every_field() -> None:
     rows = spec.field_docs(spec.JobSpec)
-    names = {r[0] for r in rows}
+    names = {r.name for r in rows}
     assert {"resources.nodes", "train.parallel.tp", "train.parallel.ps.mode", "preemption.signal"} <= names
-    assert all(desc for name, _, desc in rows), [name for name, _, desc in rows if not desc]
+    assert all(r.description for r in rows), [r.name for r in rows if not r.description]
 
 
 class _Parent(msgspec.Struct, kw_only=True):
@@ -177,7 +226,7 @@ class _Child(_Parent, kw_only=True):
 
 
 def test_field_docs_read_the_string_below_each_field_over_the_bases() -> None:
-    rows = {name: (kind, text) for name, kind, text in spec.field_docs(_Child)}
+    rows = {r.name: (r.type, r.description) for r in spec.field_docs(_Child)}
     assert rows["inherited"] == ("int", "Declared in the base over two lines.")
     assert rows["plain"] == ("str", "Below its field.")
     assert rows["undocumented"] == ("int", "")
@@ -188,4 +237,4 @@ def test_field_docs_read_the_string_below_each_field_over_the_bases() -> None:
 def test_field_docs_without_source_are_empty_not_an_error() -> None:
     namespace: dict[str, object] = {"msgspec": msgspec}
     exec("class Sourceless(msgspec.Struct):\n    x: int = 0\n    'no file to read this from'\n", namespace)
-    assert spec.field_docs(namespace["Sourceless"]) == [("x", "int", "")]  # type: ignore[arg-type]
+    assert spec.field_docs(namespace["Sourceless"]) == [("x", "int", "0", "")]  # type: ignore[arg-type]

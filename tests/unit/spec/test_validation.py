@@ -254,3 +254,51 @@ def test_arithmetic_payload_in_env_value_stays_inert(tmp_path: Path) -> None:
         cwd=tmp_path, capture_output=True, timeout=60, check=False,
     )  # fmt: skip
     assert not marker.exists()
+
+
+# Issue 23 item 20: refusals name the field and the key, list the choices and suggest the near miss.
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["train.entrypoint=x"], "train.entrypoint: expected MODULE:FUNCTION, got 'x'"),
+        (
+            ["train.parallel=fsdp2"],
+            "train.parallel: 'fsdp2' is not one of ddp, fsdp, tp, pp, ps, or a mapping of its fields; "
+            "did you mean 'fsdp'?",
+        ),
+        (["launcher=srnu"], "launcher: 'srnu' is not one of srun, torchrun, mpi; did you mean 'srun'?"),
+        (["restart.on=[hnag]"], "restart.on[0]: 'hnag' is not one of hang, rank_failure, node_failure"),
+        (["env.FOO=[1, 2]"], "env.FOO: Expected `bool | int | float | str`, got `array`"),
+        (
+            ["resources.gpu_per_node=2"],
+            "resources: unknown field `gpu_per_node`; did you mean `gpus_per_node`?",
+        ),
+        (["trian.steps=3"], "unknown field `trian`; did you mean `train`?"),
+        (["train.lrr=0.1"], "train: unknown field `lrr`; did you mean `lr`?"),
+        (["sweep.gird={}"], "sweep: unknown field `gird`; did you mean `grid`?"),
+        (["sweep.early_stop.after_step=4"], "sweep.early_stop: unknown field `after_step`; did you mean"),
+        (["resources.zzzz=1"], "resources: unknown field `zzzz` (known: nodes, gpus_per_node,"),
+    ],
+)
+def test_refusals_name_the_key_list_the_choices_and_suggest(overrides: list[str], message: str) -> None:
+    refused(overrides, message)
+
+
+def test_site_typos_get_a_suggestion_naming_the_partition(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(LOCAL.read_text().replace("mem_per_node:", "mem_per_nod:", 1))
+    with pytest.raises(spec.SpecError) as err:
+        spec.load_site(path)
+    message = str(err.value)
+    assert message.startswith(f"{path}: partitions.") and "\n" not in message
+    assert "unknown field `mem_per_nod`; did you mean `mem_per_node`?" in message
+
+
+def test_site_env_type_error_names_the_key(tmp_path: Path) -> None:
+    with pytest.raises(spec.SpecError, match=r"site.yaml: env\.BAD_VALUE: Expected"):
+        spec.load_site(site_file(tmp_path, "  BAD_VALUE: {a: 1}\n"))
+
+
+def test_cli_typo_in_set_exits_2_with_the_suggestion() -> None:
+    message = cli_refuses(str(DIGITS), "--site", "local", "--set", "resources.gpu_per_node=1")
+    assert "resources: unknown field `gpu_per_node`; did you mean `gpus_per_node`?" in message
