@@ -255,4 +255,11 @@ def dumps(resolved: Resolved) -> bytes:
 
 
 def loads(data: bytes | str) -> Resolved:
-    return msgspec.json.decode(data, type=Resolved)
+    """A recorded spec.json, as written by this version or an earlier one."""
+    from hpctrain.spec.slurm_values import RECORDED
+
+    token = RECORDED.set(True)
+    try:
+        return msgspec.json.decode(data, type=Resolved)
+    finally:
+        RECORDED.reset(token)

@@ -4,6 +4,7 @@ A value that reaches the batch script is either single-quoted (env values, pytho
 one of these patterns, because sbatch, not a shell, reads the `#SBATCH` lines.
 """
 
+import contextvars
 import re
 from typing import Annotated, Any
 
@@ -134,6 +135,11 @@ def minutes_text(minutes: int) -> str:
     return f"{days}-{clock}" if days else clock
 
 
+# True while a recorded spec.json is decoded: what an earlier version accepted and Slurm already took
+# (a `1:30` time) is read as it was recorded, so that run directories of earlier versions still load.
+RECORDED = contextvars.ContextVar("recorded", default=False)
+
+
 def spec_time(value: str | int) -> str:
     """A time limit as a spec writes it -> the text sbatch gets. An int is minutes, as sbatch reads
     one; `MM:SS` is refused, because `1:30` meant as 1 h 30 min is 90 seconds to Slurm."""
@@ -143,7 +149,7 @@ def spec_time(value: str | int) -> str:
         return minutes_text(value)
     time_minutes(value)
     ambiguous = re.fullmatch(r"([0-9]+):([0-9]+)", value)
-    if ambiguous:
+    if ambiguous and not RECORDED.get():
         first, second = (int(part) for part in ambiguous.groups())
         raise ValueError(
             f"{value!r} is ambiguous (Slurm reads MM:SS, {first} min {second} s); write "

@@ -155,6 +155,17 @@ def test_ambiguous_mm_ss_time_is_refused_with_what_to_write(
         spec.load_site(site)
 
 
+def test_a_recorded_spec_of_an_earlier_version_with_mm_ss_still_loads(tmp_path: Path) -> None:
+    """Earlier versions recorded `time: 1:30` as written (Slurm took it as 90 s); their spec.json
+    must still load (the supervisor and the runtime read it at every attempt), unchanged."""
+    resolved = spec.resolve(spec.load_job(write(tmp_path, MINIMAL)), spec.load_site(LOCAL))
+    recorded = spec.dumps(resolved).replace(resolved.job.resources.time.encode(), b"1:30")
+    assert b'"1:30"' in recorded
+    assert spec.loads(recorded).job.resources.time == "1:30"
+    with pytest.raises(spec.SpecError):  # a user's file is still refused
+        spec.load_job(write(tmp_path, MINIMAL), ["resources.time=1:30"])
+
+
 def test_an_int_time_renders_as_minutes(tmp_path: Path) -> None:
     from hpctrain.launch.render import render
 
