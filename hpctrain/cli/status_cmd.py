@@ -124,14 +124,11 @@ def wait_for(
 
 def release_requeued_runs(statuses: list[RunStatus]) -> None:
     """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
-    the dead node (hpctrain.scheduler.slurm.nodes): nothing inside the job is left to do it."""
+    the dead node (Backend.release_held): nothing inside the job is left to do it."""
     from hpctrain.rundir import RunDir
-    from hpctrain.scheduler.slurm.nodes import release_requeued
+    from hpctrain.scheduler import release_held
 
-    for status in statuses:
-        if status.info is not None and status.run.job_id and status.run.backend != "local":
-            info = status.info
-            release_requeued(RunDir(status.run.run_dir), status.run.job_id, info.state.value, info.reason)
+    release_held((s.run.backend, RunDir(s.run.run_dir), s.info) for s in statuses if s.info and s.run.job_id)
 
 
 def as_dict(status: RunStatus) -> dict[str, Any]:

@@ -3,7 +3,12 @@
 The metrics lines are in lines.py.
 """
 
+from pathlib import Path
+from typing import Annotated
+
 import msgspec
+
+from hpctrain.scheduler.base import JobState
 
 
 class Unreadable(msgspec.Struct, frozen=True):
@@ -225,10 +230,11 @@ class RestartSummary(msgspec.Struct, kw_only=True):
     """Why, in words."""
 
 
-class Record(msgspec.Struct, kw_only=True):
-    """record.json: the run's own copy of its line in the login node's index."""
+class Run(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One run: its line in the login node's index (index.jsonl, with `"op": "add"`) and its own
+    record.json in the run directory. Lines and records of earlier versions decode as this."""
 
-    run_id: str
+    run_id: Annotated[str, msgspec.Meta(min_length=1)]
     """The run directory's name."""
     job_id: str | None
     """The Slurm job id; None when submission failed."""
@@ -240,16 +246,16 @@ class Record(msgspec.Struct, kw_only=True):
     """The backend that submitted it: slurm (the CLI tools), pyslurm or local."""
     submitted_at: float
     """When, seconds since the epoch."""
-    state: str
-    """The last state seen (Slurm's state name, or SUBMIT_FAILED)."""
+    state: JobState
+    """The last state seen (Slurm's state folded, or SUBMIT_FAILED)."""
     state_at: float
     """When that state was seen."""
     reason: str = ""
     """Slurm's reason, or why submission failed."""
-    run_dir: str = ""
-    """The run directory, as the index knows it."""
+    run_dir: Path = Path()
+    """The run directory, as the index knows it (record.json of early versions has none)."""
     restarts: RestartSummary | None = None
-    """The restart history as of this state change (runs that recorded attempts)."""
+    """The restart history as of this state change (record.json of runs that recorded attempts)."""
 
 
 class SubmitInfo(msgspec.Struct, kw_only=True):
@@ -390,3 +396,65 @@ class PreflightReport(msgspec.Struct, kw_only=True):
     """Why it does not, when nodes failed (too few would be left, for example)."""
     facts: list[NodeFacts] = []
     """What every rank saw."""
+
+
+# A sweep's files: sweep.json in its root, stopped.json in a trial's folder.
+
+
+SweepValue = str | int | float | bool
+"""One value of a swept setting."""
+
+
+class Trial(msgspec.Struct, frozen=True):
+    """One point of a sweep's grid: its index (its array-N/ folder) and its settings."""
+
+    index: int
+    params: dict[str, SweepValue]
+
+
+class ArrayChunk(msgspec.Struct, kw_only=True):
+    """One sbatch of the sweep: trials offset .. offset+count-1 as array indices 0 .. count-1."""
+
+    offset: int
+    count: int
+    throttle: int | None = None
+    after: int | None = None
+    """The chunk (by position) this one waits for: how --max-parallel holds across several arrays."""
+    job_id: str | None = None
+
+    @property
+    def array(self) -> str:
+        return f"0-{self.count - 1}" + (f"%{self.throttle}" if self.throttle else "")
+
+
+class SweepRecord(msgspec.Struct, kw_only=True):
+    """sweep.json: what was swept, how it was submitted, and where each trial lives."""
+
+    sweep_id: str
+    name: str
+    site: str
+    backend: str
+    submitted_at: float
+    metric: str
+    mode: str
+    max_parallel: int | None = None
+    params: list[str]
+    trials: list[Trial]
+    arrays: list[ArrayChunk]
+
+    def chunk_of(self, trial: int) -> ArrayChunk:
+        for chunk in self.arrays:
+            if chunk.offset <= trial < chunk.offset + chunk.count:
+                return chunk
+        raise IndexError(trial)
+
+
+class Stopped(msgspec.Struct, kw_only=True):
+    """stopped.json: why early stopping ended this trial."""
+
+    step: int
+    metric: str
+    value: float
+    median: float
+    peers: int
+    reason: str

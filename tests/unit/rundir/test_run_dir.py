@@ -20,8 +20,8 @@ from hpctrain.rundir import (
     Heartbeat,
     MemoryLine,
     RankBeat,
-    Record,
     Result,
+    Run,
     RunDir,
     SpecSummary,
     SubmitInfo,
@@ -132,7 +132,7 @@ def test_every_file_struct_round_trips(run: RunDir) -> None:
     run.write_failure(report)
     assert run.read_failures() == [report]
     assert report.error == "RuntimeError: boom"
-    record = Record(
+    record = Run(
         run_id="r",
         job_id="7",
         name="n",
