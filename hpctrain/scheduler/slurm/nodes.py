@@ -23,6 +23,7 @@ from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History, restart_policy
 from hpctrain.scheduler.base import JobInfo, JobState
+from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.scheduler.slurm.facts import command, expand_hostlist, parse_record, parse_records
 
 # scontrol node states that mean the node is gone (a drained node is alive).
@@ -203,7 +204,7 @@ def kill_steps(job_id: str, step_ids: Iterable[str]) -> list[subprocess.Popen[by
     """SIGKILL the tasks of each step (scancel JOB.STEP), not waited for: the caller decides how long."""
     return [
         subprocess.Popen(
-            ["scancel", "--signal=KILL", f"{job_id}.{step_id}"],
+            [*KILL_STEP, f"{job_id}.{step_id}"],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
