@@ -38,6 +38,12 @@ SWEEP = "sweep.json"  # in a sweep's root: its trials and arrays
 TRIALS_FINAL = "trials-final.json"  # in a sweep's root: trials that cannot change any more
 STOPPED = "stopped.json"  # in a trial's array-N/: why early stopping ended it
 
+# The files of hpctrain's home ($HPCTRAIN_HOME), beside runs/: the index of every run (runs/index.py).
+INDEX_JOURNAL = "index.jsonl"
+INDEX_ARCHIVE = "index-archive.jsonl"
+INDEX_REJECTED = "index-rejected.jsonl"
+INDEX_LOCK = "index.lock"
+
 
 class Numbered:
     """A family of names with a number or a node in them: `rank-3.log` is ``RANK_LOG.name(3)``."""

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 
 from hpctrain.errors import HpctrainError
-from hpctrain.rundir import Run, RunDir, replace_bytes, tail_bytes
+from hpctrain.rundir import Run, RunDir, names, replace_bytes, tail_bytes
 from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
 
@@ -83,10 +83,10 @@ class Index:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or home()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.path = self.root / "index.jsonl"
-        self.archive_path = self.root / "index-archive.jsonl"
-        self.rejected_path = self.root / "index-rejected.jsonl"
-        self.lock_path = self.root / "index.lock"
+        self.path = self.root / names.INDEX_JOURNAL
+        self.archive_path = self.root / names.INDEX_ARCHIVE
+        self.rejected_path = self.root / names.INDEX_REJECTED
+        self.lock_path = self.root / names.INDEX_LOCK
 
     # -- locking and raw files ---------------------------------------------------------------
 
