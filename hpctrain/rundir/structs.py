@@ -431,16 +431,27 @@ class SweepRecord(msgspec.Struct, kw_only=True):
     """sweep.json: what was swept, how it was submitted, and where each trial lives."""
 
     sweep_id: str
+    """The sweep's run id (its root's name)."""
     name: str
+    """The job's name."""
     site: str
+    """The site profile."""
     backend: str
+    """The backend that submitted it."""
     submitted_at: float
+    """When, seconds since the epoch."""
     metric: str
+    """The metric trials are ranked by (a result or eval field)."""
     mode: str
+    """min or max: which end of the metric is best."""
     max_parallel: int | None = None
+    """At most this many trials run at once (--max-parallel)."""
     params: list[str]
+    """The swept settings, as dotted keys."""
     trials: list[Trial]
+    """Every trial: its index and its settings."""
     arrays: list[ArrayChunk]
+    """The job arrays the trials went out as."""
 
     def chunk_of(self, trial: int) -> ArrayChunk:
         for chunk in self.arrays:
@@ -453,8 +464,14 @@ class Stopped(msgspec.Struct, kw_only=True):
     """stopped.json: why early stopping ended this trial."""
 
     step: int
+    """The step at which the trial was compared."""
     metric: str
+    """The metric compared."""
     value: float
+    """The trial's metric there."""
     median: float
+    """The median of its peers' metric at that step."""
     peers: int
+    """How many trials it was compared with."""
     reason: str
+    """Why, in words."""
