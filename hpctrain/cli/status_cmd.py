@@ -28,8 +28,8 @@ def run(args: argparse.Namespace) -> int:
 
     from hpctrain.cli.view.status import show, wait_for
     from hpctrain.cli.view.table import print_json
-    from hpctrain.runs.index import SUBMIT_FAILED
     from hpctrain.runs.status import poll_statuses, select
+    from hpctrain.scheduler.base import JobState
 
     if args.jobs:  # `hpctrain status SWEEP`: a sweep's own view (one line per sweep, --trials)
         from hpctrain.cli.sweep_cmd import status_hook
@@ -50,4 +50,4 @@ def run(args: argparse.Namespace) -> int:
         show(statuses, detail)
     if args.watch:
         return 0
-    return 1 if args.jobs and any(s.state == SUBMIT_FAILED for s in statuses) else 0
+    return 1 if args.jobs and any(s.state == JobState.SUBMIT_FAILED for s in statuses) else 0

@@ -15,6 +15,7 @@ from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.launch.resources import data_folder
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
+from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.spec import Resolved
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
 
@@ -244,6 +245,7 @@ def context(
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
+        "kill_step": " ".join(KILL_STEP),
     }
 
 

@@ -1,18 +1,20 @@
-"""Submit = prepare (a dry-run request: resolved spec + rendered script) then schedule it on a backend."""
+"""Submit = prepare (the backend's dry run: resolved spec + rendered script), then schedule it: one path
+for runs and sweeps, which records every run directory it makes in the index."""
 
 from __future__ import annotations
 
 import contextlib
 import shutil
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import msgspec
 
 from hpctrain import spec
 from hpctrain.launch.entry_check import check_job
-from hpctrain.launch.render import batch_options, render, slurm_directive_path
+from hpctrain.launch.render import slurm_directive_path
 from hpctrain.launch.resources import job_file
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import BackendError, JobState
@@ -20,8 +22,11 @@ from hpctrain.site import lookup as sites
 
 if TYPE_CHECKING:
     # Imported where a run is recorded: `render` (a dry run) records nothing and starts faster.
+    from hpctrain.rundir import RunDir, SubmitInfo
     from hpctrain.runs.index import Index, Run
-    from hpctrain.scheduler.base import Backend
+    from hpctrain.scheduler.base import Backend, BatchRequest
+
+T = TypeVar("T")
 
 
 class Request(msgspec.Struct):
@@ -41,8 +46,7 @@ def prepare(
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
     resolved = load_and_resolve(job_path, site, overrides, check)
     # A dry run has no run directory yet: the script shows where it would be.
-    template = select_backend(backend_name).template
-    return Request(resolved, render(resolved, Path("/RUN_DIR"), template=template))
+    return Request(resolved, select_backend(backend_name).prepare(resolved, Path("/RUN_DIR")).script)
 
 
 def load_and_resolve(
@@ -69,19 +73,59 @@ def submit(
     index: Index | None = None,
     check: bool = True,
 ) -> Submitted:
-    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
-
-    Whatever fails once the run directory exists, the directory is never left unindexed: a failure
-    before the script is written removes it, a later one (the scheduler refused, sbatch is missing,
-    Ctrl-C) records the run as SUBMIT_FAILED with the reason.
-    """
-    from hpctrain.rundir import RunDir
-    from hpctrain.runs.index import SUBMIT_FAILED, Index, Run
-
-    index = index or Index()
+    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = load_and_resolve(job_path, site, overrides, check)
+
+    def write(run: RunDir) -> BatchRequest:
+        request = backend.prepare(resolved, run.root)
+        request.path.write_text(request.script)
+        return request
+
+    return submit_run(
+        index,
+        backend,
+        resolved,
+        origin(job_path, site, overrides, backend),
+        write,
+        lambda r: {"": backend.schedule(r)},
+    )
+
+
+def origin(job_path: str | Path, site: str, overrides: list[str] | None, backend: Backend) -> SubmitInfo:
+    """submit.json: how the run was asked for, so that it can be asked for again."""
+    from hpctrain.rundir import SubmitInfo
+
+    return SubmitInfo(
+        job=str(Path(job_path).resolve()),
+        site=site,
+        overrides=overrides or [],
+        backend=backend.name,
+        cwd=str(Path.cwd()),
+    )
+
+
+def submit_run(
+    index: Index | None,
+    backend: Backend,
+    resolved: spec.Resolved,
+    asked: SubmitInfo,
+    write: Callable[[RunDir], T],
+    schedule: Callable[[T], dict[str, str]],
+) -> Submitted:
+    """The one submit path (a run, a sweep): a new run directory with the resolved spec and submit.json,
+    then `write` (scripts, trial specs) and `schedule`, which returns the job id of each index entry it
+    made, by the suffix of its run id ("" for the run itself; a sweep's later arrays are `+OFFSET`).
+
+    Whatever fails once the run directory exists, the directory is never left unindexed: a failure
+    while writing removes it, a later one (the scheduler refused, sbatch is missing, Ctrl-C) records
+    the run as SUBMIT_FAILED with the reason; a BackendError is returned in Submitted.error.
+    """
+    from hpctrain.rundir import RunDir, write_json
+    from hpctrain.runs.index import Index, Run
+
+    index = index or Index()
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(resolved.job.name)
     now = time.time()
@@ -93,50 +137,30 @@ def submit(
         backend=backend.name,
         run_dir=run_dir,
         submitted_at=now,
-        state=JobState.PENDING.value,
+        state=JobState.PENDING,
         state_at=now,
     )
-    script_path = RunDir(run_dir).script
+    paths = RunDir(run_dir)
     try:
-        _write_run_dir(resolved, run_dir, script_path, backend, job_path, site, overrides)
+        paths.spec.write_bytes(spec.dumps(resolved))
+        write_json(paths.submit_info, asked)
+        written = write(paths)
     except BaseException as err:
         _remove_or_record(index, run, f"the run directory could not be written: {_reason(err)}")
         raise
     try:
-        run.job_id = backend.submit(script_path, run_dir, batch_options(resolved, run_dir))
+        job_ids = schedule(written)
     except BaseException as err:
-        run.state, run.reason = SUBMIT_FAILED, _reason(err)
+        run.state, run.reason = JobState.SUBMIT_FAILED, _reason(err)
         index.add(run)
         if isinstance(err, BackendError):
             return Submitted(run, run.reason)
         raise
+    run.job_id = job_ids.pop("", None)
     index.add(run)
+    for suffix, job_id in job_ids.items():
+        index.add(msgspec.structs.replace(run, run_id=run_id + suffix, job_id=job_id))
     return Submitted(run)
-
-
-def _write_run_dir(
-    resolved: spec.Resolved,
-    run_dir: Path,
-    script_path: Path,
-    backend: Backend,
-    job_path: str | Path,
-    site: str,
-    overrides: list[str] | None,
-) -> None:
-    from hpctrain.rundir import RunDir, SubmitInfo, write_json
-
-    script = render(resolved, run_dir, template=backend.template)
-    paths = RunDir(run_dir)
-    paths.spec.write_bytes(spec.dumps(resolved))
-    script_path.write_text(script)
-    submitted_with = SubmitInfo(
-        job=str(Path(job_path).resolve()),
-        site=site,
-        overrides=overrides or [],
-        backend=backend.name,
-        cwd=str(Path.cwd()),
-    )
-    write_json(paths.submit_info, submitted_with)
 
 
 def _reason(err: BaseException) -> str:
@@ -147,10 +171,8 @@ def _reason(err: BaseException) -> str:
 
 def _remove_or_record(index: Index, run: Run, why: str) -> None:
     """Nothing was submitted: remove the run directory, or, if that fails too, record why it exists."""
-    from hpctrain.runs.index import SUBMIT_FAILED
-
     shutil.rmtree(run.run_dir, ignore_errors=True)
     if run.run_dir.exists():
-        run.state, run.reason = SUBMIT_FAILED, why
+        run.state, run.reason = JobState.SUBMIT_FAILED, why
         with contextlib.suppress(OSError):  # the original error is the one to report
             index.add(run)

@@ -16,7 +16,7 @@ from hpctrain.sweep.plan import trial_dir
 from hpctrain.sweep.status import survey
 
 if TYPE_CHECKING:
-    from hpctrain.sweep.plan import SweepRecord
+    from hpctrain.rundir import SweepRecord
 
 
 def report_sweep(root: Path, record: SweepRecord, out: Path | None = None) -> Written:

@@ -7,7 +7,7 @@ import stat
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from pathlib import Path
+from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
 import msgspec
@@ -24,7 +24,22 @@ HEAD_BYTES = 64 << 10
 MAX_LISTED = 4096
 
 T = TypeVar("T")
-_encoder = msgspec.json.Encoder()
+
+
+def encode_hook(value: object) -> object:
+    if isinstance(value, PurePath):
+        return str(value)
+    raise NotImplementedError(f"cannot encode {type(value).__name__}")
+
+
+def decode_hook(shape: type, value: object) -> object:
+    if shape is Path and isinstance(value, str):
+        return Path(value)
+    raise NotImplementedError(f"cannot decode {shape.__name__}")
+
+
+# Paths in structs (a run's directory) are JSON strings.
+_encoder = msgspec.json.Encoder(enc_hook=encode_hook)
 _line_decoder = msgspec.json.Decoder(MetricLine)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError, TypeError)
 
@@ -123,7 +138,7 @@ def read_json(path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES)
 
 def decode(data: bytes, shape: type[T], where: str) -> T | Unreadable:
     try:
-        return msgspec.json.decode(data, type=shape)
+        return msgspec.json.decode(data, type=shape, dec_hook=decode_hook)
     except _DECODE_ERRORS as err:
         return Unreadable(where, _one_line(err))
 

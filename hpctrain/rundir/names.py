@@ -34,6 +34,15 @@ STANDBY = "standby"  # standby/GEN/ of the warm standby step (runtime/standby.py
 STANDBY_GO = "go"
 STANDBY_READY_PREFIX = "ready-"
 STANDBY_TAKEN_PREFIX = "taken-"
+SWEEP = "sweep.json"  # in a sweep's root: its trials and arrays
+TRIALS_FINAL = "trials-final.json"  # in a sweep's root: trials that cannot change any more
+STOPPED = "stopped.json"  # in a trial's array-N/: why early stopping ended it
+
+# The files of hpctrain's home ($HPCTRAIN_HOME), beside runs/: the index of every run (runs/index.py).
+INDEX_JOURNAL = "index.jsonl"
+INDEX_ARCHIVE = "index-archive.jsonl"
+INDEX_REJECTED = "index-rejected.jsonl"
+INDEX_LOCK = "index.lock"
 
 
 class Numbered:
@@ -81,6 +90,7 @@ CHECKPOINT_MANIFEST = "manifest.json"  # in checkpoints/step-N/, written last
 CHECKPOINT_TRAINER = "trainer.pt"  # in checkpoints/step-N/: the step and the loop's own state
 CHECKPOINT_RNG = Numbered("rng-rank-", ".pt")  # in checkpoints/step-N/: one rank's RNG streams
 SERVER_SHARD = Numbered("server-", ".pt")  # in checkpoints/step-N/ of a parameter-server run
+CHUNK_SCRIPT = Numbered("job+", ".sbatch")  # in a sweep's root: the script of the array from trial N on
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
 SLURM_RANK_LOG = RANK_LOG.name("%t")

@@ -32,8 +32,8 @@ from hpctrain.rundir.structs import (
     FailureReport,
     Heartbeat,
     PreflightReport,
-    Record,
     Result,
+    Run,
     SpecSummary,
     SubmitInfo,
     Unreadable,
@@ -124,6 +124,9 @@ class RunDir:
     tensorboard = _File(file_names.TENSORBOARD)
     hang_report = _File(file_names.FAILURES, file_names.HANG_REPORT)
     stacks = _File(file_names.FAILURES, file_names.STACKS)
+    sweep = _File(file_names.SWEEP)
+    trials_final = _File(file_names.TRIALS_FINAL)
+    stopped = _File(file_names.STOPPED)
 
     failure = _Member(file_names.FAILURES, file_names.RANK_FAILURE)
     failed_attempt = _Member(file_names.FAILURES, file_names.FAILED_ATTEMPT)  # an attempt that was retried
@@ -157,6 +160,10 @@ class RunDir:
     def log_files(self) -> list[Path]:
         return [self.logs / n for n in list_names(self.logs) if n.endswith(".log")]
 
+    def chunk_script(self, offset: int) -> Path:
+        """A sweep's batch script of the array whose first trial is `offset` (the first is job.sbatch)."""
+        return self.script if offset == 0 else self.root / file_names.CHUNK_SCRIPT.name(offset)
+
     def element(self, index: int) -> RunDir:
         folder = self.root / file_names.ARRAY_ELEMENT.name(index)
         return RunDir(folder, element_of=self, index=index, snapshot=self.snapshot)
@@ -179,7 +186,7 @@ class RunDir:
     def write_failure(self, report: FailureReport) -> Path:
         return self._write(self.failure(report.rank), report)
 
-    def write_record(self, record: Record) -> Path:
+    def write_record(self, record: Run) -> Path:
         return self._write(self.record, record)
 
     def write_heartbeat(self, beat: Heartbeat) -> Path:
@@ -205,8 +212,8 @@ class RunDir:
         # Every rank's facts: a few hundred bytes each, so a large job's report is megabytes.
         return read_json(self.preflight_report, PreflightReport, max_bytes=16 * MAX_JSON_BYTES)
 
-    def read_record(self) -> Record | Unreadable | None:
-        return read_json(self.record, Record)
+    def read_record(self) -> Run | Unreadable | None:
+        return read_json(self.record, Run)
 
     def read_submit_info(self) -> SubmitInfo | Unreadable | None:
         return read_json(self.submit_info, SubmitInfo)

@@ -3,7 +3,12 @@
 The metrics lines are in lines.py.
 """
 
+from pathlib import Path
+from typing import Annotated
+
 import msgspec
+
+from hpctrain.scheduler.base import JobState
 
 
 class Unreadable(msgspec.Struct, frozen=True):
@@ -225,10 +230,11 @@ class RestartSummary(msgspec.Struct, kw_only=True):
     """Why, in words."""
 
 
-class Record(msgspec.Struct, kw_only=True):
-    """record.json: the run's own copy of its line in the login node's index."""
+class Run(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """One run: its line in the login node's index (index.jsonl, with `"op": "add"`) and its own
+    record.json in the run directory. Lines and records of earlier versions decode as this."""
 
-    run_id: str
+    run_id: Annotated[str, msgspec.Meta(min_length=1)]
     """The run directory's name."""
     job_id: str | None
     """The Slurm job id; None when submission failed."""
@@ -240,16 +246,16 @@ class Record(msgspec.Struct, kw_only=True):
     """The backend that submitted it: slurm (the CLI tools), pyslurm or local."""
     submitted_at: float
     """When, seconds since the epoch."""
-    state: str
-    """The last state seen (Slurm's state name, or SUBMIT_FAILED)."""
+    state: JobState
+    """The last state seen (Slurm's state folded, or SUBMIT_FAILED)."""
     state_at: float
     """When that state was seen."""
     reason: str = ""
     """Slurm's reason, or why submission failed."""
-    run_dir: str = ""
-    """The run directory, as the index knows it."""
+    run_dir: Path = Path()
+    """The run directory, as the index knows it (record.json of early versions has none)."""
     restarts: RestartSummary | None = None
-    """The restart history as of this state change (runs that recorded attempts)."""
+    """The restart history as of this state change (record.json of runs that recorded attempts)."""
 
 
 class SubmitInfo(msgspec.Struct, kw_only=True):
@@ -390,3 +396,82 @@ class PreflightReport(msgspec.Struct, kw_only=True):
     """Why it does not, when nodes failed (too few would be left, for example)."""
     facts: list[NodeFacts] = []
     """What every rank saw."""
+
+
+# A sweep's files: sweep.json in its root, stopped.json in a trial's folder.
+
+
+SweepValue = str | int | float | bool
+"""One value of a swept setting."""
+
+
+class Trial(msgspec.Struct, frozen=True):
+    """One point of a sweep's grid: its index (its array-N/ folder) and its settings."""
+
+    index: int
+    params: dict[str, SweepValue]
+
+
+class ArrayChunk(msgspec.Struct, kw_only=True):
+    """One sbatch of the sweep: trials offset .. offset+count-1 as array indices 0 .. count-1."""
+
+    offset: int
+    count: int
+    throttle: int | None = None
+    after: int | None = None
+    """The chunk (by position) this one waits for: how --max-parallel holds across several arrays."""
+    job_id: str | None = None
+
+    @property
+    def array(self) -> str:
+        return f"0-{self.count - 1}" + (f"%{self.throttle}" if self.throttle else "")
+
+
+class SweepRecord(msgspec.Struct, kw_only=True):
+    """sweep.json: what was swept, how it was submitted, and where each trial lives."""
+
+    sweep_id: str
+    """The sweep's run id (its root's name)."""
+    name: str
+    """The job's name."""
+    site: str
+    """The site profile."""
+    backend: str
+    """The backend that submitted it."""
+    submitted_at: float
+    """When, seconds since the epoch."""
+    metric: str
+    """The metric trials are ranked by (a result or eval field)."""
+    mode: str
+    """min or max: which end of the metric is best."""
+    max_parallel: int | None = None
+    """At most this many trials run at once (--max-parallel)."""
+    params: list[str]
+    """The swept settings, as dotted keys."""
+    trials: list[Trial]
+    """Every trial: its index and its settings."""
+    arrays: list[ArrayChunk]
+    """The job arrays the trials went out as."""
+
+    def chunk_of(self, trial: int) -> ArrayChunk:
+        for chunk in self.arrays:
+            if chunk.offset <= trial < chunk.offset + chunk.count:
+                return chunk
+        raise IndexError(trial)
+
+
+class Stopped(msgspec.Struct, kw_only=True):
+    """stopped.json: why early stopping ended this trial."""
+
+    step: int
+    """The step at which the trial was compared."""
+    metric: str
+    """The metric compared."""
+    value: float
+    """The trial's metric there."""
+    median: float
+    """The median of its peers' metric at that step."""
+    peers: int
+    """How many trials it was compared with."""
+    reason: str
+    """Why, in words."""

@@ -11,14 +11,12 @@ from pathlib import Path
 import msgspec
 
 from hpctrain.errors import HpctrainError
-from hpctrain.rundir import Record, RunDir, replace_bytes, tail_bytes
-from hpctrain.runs.index_lines import Added, Changed, Decoded, decode, encode_lines, write_all
+from hpctrain.rundir import Run, RunDir, names, replace_bytes, tail_bytes
+from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
 
-# Records that never reached the scheduler carry this state instead of a JobState.
-SUBMIT_FAILED = "SUBMIT_FAILED"
 # States a run cannot leave: such runs are not polled again and may move to the archive.
-ENDED_STATES = frozenset({s.value for s in JobState if s.terminal} | {SUBMIT_FAILED})
+ENDED_STATES = frozenset(s for s in JobState if s.terminal)
 # Runs that ended less than this long ago stay in the journal: `status` shows them without
 # reading the archive.
 KEEP_RECENT_S = 24 * 3600
@@ -26,33 +24,12 @@ KEEP_RECENT_S = 24 * 3600
 # compaction (so a journal full of active runs is not rewritten on every append).
 JOURNAL_LIMIT_BYTES = 1 << 20
 
-History = list[tuple[str, float, str]]
+History = list[tuple[JobState, float, str]]
 
 
 def home() -> Path:
     """Where hpctrain keeps this user's runs: $HPCTRAIN_HOME, else ~/.hpctrain."""
     return Path(os.environ.get("HPCTRAIN_HOME") or Path.home() / ".hpctrain").expanduser().resolve()
-
-
-class Run(msgspec.Struct, kw_only=True):
-    run_id: str
-    job_id: str | None
-    name: str
-    site: str
-    backend: str
-    run_dir: Path
-    submitted_at: float
-    state: str
-    state_at: float
-    reason: str = ""
-
-
-def _run_of(line: Added) -> Run:
-    return Run(**{**msgspec.structs.asdict(line), "run_dir": Path(line.run_dir)})
-
-
-def _line_of(run: Run) -> Added:
-    return Added(**{**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)})
 
 
 class _Journal(msgspec.Struct):
@@ -70,7 +47,7 @@ def _fold(lines: list[Added | Changed]) -> tuple[dict[str, Run], dict[str, Histo
     elsewhere: list[Changed] = []
     for line in lines:
         if isinstance(line, Added):
-            run = runs[line.run_id] = _run_of(line)
+            run = runs[line.run_id] = line
             history.setdefault(run.run_id, []).append((run.state, run.state_at, run.reason))
         elif line.run_id in runs:
             run = runs[line.run_id]
@@ -104,10 +81,10 @@ class Index:
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or home()
         self.root.mkdir(parents=True, exist_ok=True)
-        self.path = self.root / "index.jsonl"
-        self.archive_path = self.root / "index-archive.jsonl"
-        self.rejected_path = self.root / "index-rejected.jsonl"
-        self.lock_path = self.root / "index.lock"
+        self.path = self.root / names.INDEX_JOURNAL
+        self.archive_path = self.root / names.INDEX_ARCHIVE
+        self.rejected_path = self.root / names.INDEX_REJECTED
+        self.lock_path = self.root / names.INDEX_LOCK
 
     # -- locking and raw files ---------------------------------------------------------------
 
@@ -138,7 +115,7 @@ class Index:
         """Archive runs as `read` returns them (under the lock), with the journal's later changes."""
         with self._locked(exclusive=False):
             decoded = read()
-        runs = {line.run_id: _run_of(line) for line in decoded.lines if isinstance(line, Added)}
+        runs: dict[str, Run] = {line.run_id: line for line in decoded.lines if isinstance(line, Added)}
         _apply(runs, changes)
         return runs
 
@@ -202,10 +179,10 @@ class Index:
         raise HpctrainError(f"could not create a unique run directory under {self.root / 'runs'}")
 
     def add(self, run: Run) -> None:
-        self._append([_line_of(run)])
+        self._append([added(run)])
         write_record(run)
 
-    def update_states(self, changes: Iterable[tuple[Run, str, str]]) -> None:
+    def update_states(self, changes: Iterable[tuple[Run, JobState, str]]) -> None:
         """Record new states (run, state, reason) in one append; history keeps every change."""
         now = time.time()
         lines: list[Added | Changed] = []
@@ -295,12 +272,12 @@ class Index:
         moved = 0
         for run in runs.values():
             if run.state in ENDED_STATES and run.state_at < now - KEEP_RECENT_S:
-                archived[run.run_id] = _line_of(run)
+                archived[run.run_id] = added(run)
                 moved += 1
                 continue
             first, *later = history[run.run_id]
             keep.append(
-                _line_of(msgspec.structs.replace(run, state=first[0], state_at=first[1], reason=first[2]))
+                added(msgspec.structs.replace(run, state=first[0], state_at=first[1], reason=first[2]))
             )
             keep += [Changed(run_id=run.run_id, state=s, at=at, reason=why) for s, at, why in later]
         rejected = [text for _, text in journal.bad + archive.bad]
@@ -323,7 +300,7 @@ class Index:
             journal = self._read(self.path)
             archive = self._read(self.archive_path)
         runs, _, elsewhere = _fold(journal.lines)
-        archived = {line.run_id: _run_of(line) for line in archive.lines if isinstance(line, Added)}
+        archived: dict[str, Run] = {line.run_id: line for line in archive.lines if isinstance(line, Added)}
         _apply(archived, elsewhere)
         archived.update(runs)
         runs_dir = self.root / "runs"
@@ -363,14 +340,14 @@ def _compacted_size(lock: int) -> int:
 def write_record(run: Run) -> None:
     """record.json in the run directory: the run's own copy of what the index says."""
     folder = RunDir(run.run_dir)
-    record = Record(**{**msgspec.structs.asdict(run), "run_dir": str(run.run_dir)})
+    copy = record(run)
     # The restart history as of this state change (attempts.jsonl; absent at submission and for
     # unsupervised runs, and then its reader is not even imported: submit starts faster).
     if folder.attempts.exists():
         from hpctrain.rundir.attempts import run_summary
 
-        record.restarts = run_summary(folder)
+        copy.restarts = run_summary(folder)
     try:
-        folder.write_record(record)
+        folder.write_record(copy)
     except OSError:
         pass  # the index is the source of truth; a vanished run dir must not break status

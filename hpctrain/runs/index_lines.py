@@ -9,31 +9,32 @@ from typing import Annotated
 
 import msgspec
 
-Text = Annotated[str, msgspec.Meta(min_length=1)]
+from hpctrain.rundir import Run
+from hpctrain.rundir.io import decode_hook, encode_hook
+from hpctrain.scheduler.base import JobState
 
 
-class Added(msgspec.Struct, tag="add", tag_field="op", kw_only=True):
-    """A run as submitted (or, in the archive, as it ended)."""
-
-    run_id: Text
-    job_id: str | None
-    name: str
-    site: str
-    backend: str
-    run_dir: Text
-    submitted_at: float
-    state: Text
-    state_at: float
-    reason: str = ""
+class Added(Run, tag="add", tag_field="op"):
+    """A run as submitted (or, in the archive, as it ended): the run record, marked as an index line."""
 
 
 class Changed(msgspec.Struct, tag="state", tag_field="op", kw_only=True):
     """A new state of a run added earlier."""
 
-    run_id: Text
-    state: Text
+    run_id: Annotated[str, msgspec.Meta(min_length=1)]
+    state: JobState
     at: float
     reason: str = ""
+
+
+def added(run: Run) -> Added:
+    """The index line of a run (a run read from the index already is one)."""
+    return run if isinstance(run, Added) else Added(**msgspec.structs.asdict(run))
+
+
+def record(run: Run) -> Run:
+    """A copy of the run without its index line's mark, for record.json to add its own fields to."""
+    return Run(**msgspec.structs.asdict(run))
 
 
 class Decoded(msgspec.Struct):
@@ -42,8 +43,8 @@ class Decoded(msgspec.Struct):
     """(line number, text) of each line that did not decode."""
 
 
-_DECODER = msgspec.json.Decoder(Added | Changed)
-_ENCODER = msgspec.json.Encoder()
+_DECODER = msgspec.json.Decoder(Added | Changed, dec_hook=decode_hook)
+_ENCODER = msgspec.json.Encoder(enc_hook=encode_hook)
 _warned = False
 
 

@@ -29,7 +29,7 @@ from hpctrain.runs.poll import (
     read_progress,
     refresh,
 )
-from hpctrain.scheduler.base import JobInfo
+from hpctrain.scheduler.base import JobInfo, JobState
 from hpctrain.scheduler.slurm.facts import FailedTask
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
@@ -87,7 +87,7 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     name: str
     site: str
     backend: str
-    state: str
+    state: JobState
     reason: str
     submitted_at: float
     run_dir: str
@@ -162,13 +162,12 @@ def wait_until_ended(
 
 def release_requeued_runs(polled: list[PolledRun]) -> None:
     """Requeued runs held for Slurm's requeue delay start now; one whose batch host died, without
-    the dead node (hpctrain.scheduler.slurm.nodes): nothing inside the job is left to do it."""
-    from hpctrain.scheduler.slurm.nodes import release_requeued
+    the dead node (Backend.release_held): nothing inside the job is left to do it."""
+    from hpctrain.scheduler import release_held
 
-    for one in polled:
-        if one.info is not None and one.run.job_id and one.run.backend != "local":
-            info = one.info
-            release_requeued(RunDir(one.run.run_dir), one.run.job_id, info.state.value, info.reason)
+    release_held(
+        (one.run.backend, RunDir(one.run.run_dir), one.info) for one in polled if one.info and one.run.job_id
+    )
 
 
 def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:

@@ -281,18 +281,15 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 def too_few_left(bad: list[str], env: dict[str, str]) -> str | None:
     """Why requeueing without `bad` cannot work (the job would wait forever), or None."""
     from hpctrain.errors import HpctrainError
-    from hpctrain.scheduler.slurm.facts import expand_hostlist, parse_record
+    from hpctrain.scheduler.slurm.nodes import partition_nodes_left
 
     partition, job_id = env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_ID", "")
     needed = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)
     if not partition or not job_id or not needed:
         return None
     try:
-        show = [["scontrol", "show", "partition", partition, "-o"], ["scontrol", "show", "job", job_id, "-o"]]
-        part, job = (subprocess.run(a, capture_output=True, text=True, timeout=10).stdout for a in show)
-        nodes = set(expand_hostlist(parse_record(part).get("Nodes", "")))
-        nodes -= set(expand_hostlist(parse_record(job).get("ExcNodeList", "")))
-    except (OSError, subprocess.TimeoutExpired, HpctrainError):
+        nodes = partition_nodes_left(partition, job_id)
+    except HpctrainError:
         return None
     left = len(nodes - set(bad))
     if left >= needed:

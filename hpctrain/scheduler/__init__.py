@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from hpctrain.errors import BackendError
 
 if TYPE_CHECKING:
-    from hpctrain.scheduler.base import Backend
+    from hpctrain.rundir import RunDir
+    from hpctrain.scheduler.base import Backend, JobInfo
 
 # The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values. Importing it
 # costs nothing (the backends themselves are imported only when selected).
@@ -39,3 +41,20 @@ def select_backend(name: str | None = None) -> Backend:
 
         return SlurmCliBackend()
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
+
+
+def release_held(runs: Iterable[tuple[str, RunDir, JobInfo]]) -> list[str]:
+    """(backend name, run directory, last poll) of tracked runs: each pending one goes to its own
+    backend's release_held; the job ids released. Runs of a backend unusable here are left alone."""
+    by_backend: dict[str, list[tuple[RunDir, JobInfo]]] = {}
+    for name, run, info in runs:
+        if info.state.value == "PENDING":
+            by_backend.setdefault(name, []).append((run, info))
+    released: list[str] = []
+    for name, held in by_backend.items():
+        try:
+            backend = select_backend(name)
+        except BackendError:
+            continue
+        released += backend.release_held(held)
+    return released

@@ -1,10 +1,11 @@
-"""The scheduler interface every backend implements, and the small enum that Slurm's states map to."""
+"""The scheduler interface every backend implements, the states jobs are in, and array folding."""
 
 from __future__ import annotations
 
 import enum
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,9 @@ import msgspec
 from hpctrain.errors import BackendError
 
 if TYPE_CHECKING:
+    from hpctrain import spec
     from hpctrain.launch.render import BatchOptions
+    from hpctrain.rundir import RunDir
 
 
 class JobState(str, enum.Enum):
@@ -28,6 +31,8 @@ class JobState(str, enum.Enum):
     OUT_OF_MEMORY = "OUT_OF_MEMORY"
     REQUEUED = "REQUEUED"
     UNKNOWN = "UNKNOWN"
+    SUBMIT_FAILED = "SUBMIT_FAILED"
+    """hpctrain's own: the scheduler never took the job (a run that is recorded, never polled)."""
 
     @property
     def terminal(self) -> bool:
@@ -43,49 +48,9 @@ TERMINAL = frozenset(
         JobState.TIMEOUT,
         JobState.NODE_FAIL,
         JobState.OUT_OF_MEMORY,
+        JobState.SUBMIT_FAILED,
     }
 )
-
-# Every state squeue or sacct prints (22.05 to 24.11), folded into the enum. PREEMPTED stays
-# non-terminal: with --requeue a preempted job comes back (the watcher ends it when the spec says
-# preemption.requeue: false).
-SLURM_STATES: dict[str, JobState] = {
-    "PENDING": JobState.PENDING,
-    "CONFIGURING": JobState.PENDING,
-    "RESV_DEL_HOLD": JobState.PENDING,
-    "REQUEUE_HOLD": JobState.REQUEUED,
-    "REQUEUE_FED": JobState.REQUEUED,
-    "REQUEUED": JobState.REQUEUED,
-    "RUNNING": JobState.RUNNING,
-    "COMPLETING": JobState.RUNNING,
-    "SIGNALING": JobState.RUNNING,
-    "STAGE_OUT": JobState.RUNNING,
-    "RESIZING": JobState.RUNNING,
-    "SUSPENDED": JobState.RUNNING,
-    "STOPPED": JobState.RUNNING,
-    "COMPLETED": JobState.COMPLETED,
-    "FAILED": JobState.FAILED,
-    "BOOT_FAIL": JobState.FAILED,
-    # A job that exited with the special exit code is requeued in a held state: not over.
-    "SPECIAL_EXIT": JobState.REQUEUED,
-    "CANCELLED": JobState.CANCELLED,
-    "REVOKED": JobState.CANCELLED,
-    "TIMEOUT": JobState.TIMEOUT,
-    "DEADLINE": JobState.TIMEOUT,
-    "PREEMPTED": JobState.PREEMPTED,
-    "NODE_FAIL": JobState.NODE_FAIL,
-    "OUT_OF_MEMORY": JobState.OUT_OF_MEMORY,
-}
-
-
-def slurm_state(text: str) -> JobState:
-    """Map Slurm's spelling (`CANCELLED by 0`, `RUNNING`, `OUT_OF_ME+`) to a JobState."""
-    word = text.strip().split(" ", 1)[0].rstrip("+").upper()
-    if word in SLURM_STATES:
-        return SLURM_STATES[word]
-    # sacct truncates long names with '+' when a column is narrow.
-    matches = {state for name, state in SLURM_STATES.items() if word and name.startswith(word)}
-    return matches.pop() if len(matches) == 1 else JobState.UNKNOWN
 
 
 class JobInfo(msgspec.Struct):
@@ -102,6 +67,28 @@ class JobInfo(msgspec.Struct):
     extra: dict[str, str] = msgspec.field(default_factory=dict)
     elements: dict[str, JobState] = msgspec.field(default_factory=dict)
     """Array jobs: the state of each element by index (`4`, or `[5-9]` for still pending ones)."""
+    element_reasons: dict[str, str] = msgspec.field(default_factory=dict)
+    """Array jobs: the scheduler's reason for each element that has one (a pending range's wait)."""
+
+
+class Limits(msgspec.Struct):
+    """What the cluster allows a sweep: array indices per array, and jobs this user may queue."""
+
+    max_array_size: int
+    max_submit_jobs: int | None = None
+    queued: int = 0
+    """Jobs (array elements each) this user has queued now; counted only when max_submit_jobs is set."""
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """A backend's dry run: the script it rendered for a run directory, and where it goes."""
+
+    script: str
+    path: Path
+    run_dir: Path
+    batch: BatchOptions | None
+    """The script's #SBATCH block as data, for backends that hand options to the scheduler."""
 
 
 def array_element(raw_id: str) -> str | None:
@@ -120,14 +107,49 @@ def merge_component(found: dict[str, JobInfo], info: JobInfo, raw_id: str = "") 
     element = array_element(raw_id)
     if element is not None:
         states = {**(current.elements if current else {}), element: info.state}
+        reasons = {**(current.element_reasons if current else {})}
+        if info.reason:
+            reasons[element] = info.reason
         worse = current is not None and _severity(current.state) >= _severity(info.state)
         shown = current if worse and current is not None else info
         found[info.job_id] = msgspec.structs.replace(
-            shown, elements=states, state=fold_elements(states.values())
+            shown, elements=states, element_reasons=reasons, state=fold_elements(states.values())
         )
         return
     if current is None or _severity(info.state) > _severity(current.state):
         found[info.job_id] = info
+
+
+def element_indices(element: str, count: int) -> list[int]:
+    """`4` -> [4]; a pending range `[0-9%4]` / `[1,3-5]` -> its indices, bounded by the array's size."""
+    if element.isascii() and element.isdigit():
+        return [int(element)] if int(element) < count else []
+    out: list[int] = []
+    for part in element.strip("[]").split("%", 1)[0].split(","):
+        low, _, high = part.partition("-")
+        if low.isascii() and low.isdigit() and ((high.isascii() and high.isdigit()) or not high):
+            out.extend(range(int(low), min(int(high or low), count - 1) + 1))
+    return out
+
+
+def incomplete_arrays(found: dict[str, JobInfo], sizes: Mapping[str, int]) -> set[str]:
+    """Arrays (job id -> element count) of which the scheduler's queue no longer lists every element:
+    the ones that left it are asked of accounting."""
+    return {
+        job_id
+        for job_id, count in sizes.items()
+        if job_id in found
+        and len({i for key in found[job_id].elements for i in element_indices(key, count)}) < count
+    }
+
+
+def merge_accounting(queue: JobInfo, accounting: JobInfo) -> JobInfo:
+    """An array seen in both: the queue's rows are the fresher, accounting fills in the elements it lost."""
+    states = {**accounting.elements, **queue.elements}
+    reasons = {**accounting.element_reasons, **queue.element_reasons}
+    return msgspec.structs.replace(
+        queue, elements=states, element_reasons=reasons, state=fold_elements(states.values())
+    )
 
 
 def fold_elements(states: Iterable[JobState], preempted_ends: bool = False) -> JobState:
@@ -166,31 +188,66 @@ def _severity(state: JobState) -> int:
         JobState.OUT_OF_MEMORY,
         JobState.NODE_FAIL,
         JobState.FAILED,
+        JobState.SUBMIT_FAILED,
     ]
     return order.index(state)
 
 
 class Backend(ABC):
-    """Submit, poll many jobs at once, cancel."""
+    """Prepare (a dry run), schedule, poll many jobs at once, cancel; the cluster's limits; held jobs."""
 
     name: str = "base"
-    template: str = "sbatch.sh.j2"
+    _template: str = "sbatch.sh.j2"
     """The template (in templates/) that renders this backend's scripts."""
+
+    def prepare(
+        self, resolved: spec.Resolved, run_dir: Path, script: Path | None = None, array_offset: int = 0
+    ) -> BatchRequest:
+        """Render the batch script for `run_dir` (to be written at `script`, by default the run's
+        job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk."""
+        # Imported here: jinja2 is paid only by the verbs that render.
+        from hpctrain.launch.render import batch_options, render
+        from hpctrain.rundir import RunDir
+
+        text = render(resolved, run_dir, template=self._template, array_offset=array_offset)
+        return BatchRequest(
+            script=text,
+            path=script or RunDir(run_dir).script,
+            run_dir=run_dir,
+            batch=batch_options(resolved, run_dir, array_offset),
+        )
+
+    def schedule(self, request: BatchRequest) -> str:
+        """Submit a prepared request whose script is written at request.path; return the job id."""
+        return self.submit(request.path, request.run_dir, request.batch)
 
     @abstractmethod
     def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
-        """Submit a rendered batch script; return the job id. Raise BackendError on refusal.
+        """Submit a batch script; return the job id. Raise BackendError on refusal.
 
         `batch` is the script's #SBATCH block as data (render.batch_options), for backends that
         hand options to the scheduler themselves; None for a script written by hand."""
 
     @abstractmethod
-    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
-        """The state of every given job, at a bounded cost whatever their number (one query)."""
+    def poll(
+        self, job_ids: Iterable[str], array_sizes: Mapping[str, int] | None = None
+    ) -> dict[str, JobInfo]:
+        """The state of every given job, at a bounded cost whatever their number (one query, and one
+        accounting query for the jobs the queue no longer holds). Array rows fold into their job;
+        `array_sizes` (job id -> element count) asks accounting too for arrays the queue lists in part."""
 
     @abstractmethod
     def cancel(self, job_ids: Iterable[str]) -> None:
         """Cancel the given jobs."""
+
+    def limits(self) -> Limits:
+        """What the cluster allows a sweep; a backend without job arrays refuses."""
+        raise BackendError(f"the {self.name} backend has no job arrays (use --backend slurm)")
+
+    def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
+        """Start requeued runs that the scheduler holds for its requeue delay (the pending state and
+        reason of each is in its JobInfo); the job ids it released. A backend that never holds: none."""
+        return []
 
     def test_only(self, script: Path) -> str:
         """Ask the scheduler whether it would accept the script, without submitting it."""

@@ -7,7 +7,7 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,7 +30,7 @@ class LocalBackend(Backend):
     """Each job is a process group started in its own session; its exit code lands in a file."""
 
     name = "local"
-    template = "local.sh.j2"
+    _template = "local.sh.j2"
 
     def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
         # No scheduler: the batch options have nothing to ask of.
@@ -68,7 +68,10 @@ class LocalBackend(Backend):
         except (OSError, ValueError):
             return None
 
-    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+    def poll(
+        self, job_ids: Iterable[str], array_sizes: Mapping[str, int] | None = None
+    ) -> dict[str, JobInfo]:
+        # No job arrays here: `array_sizes` has nothing to ask of.
         found: dict[str, JobInfo] = {}
         for job_id in job_ids:
             state = self._state(job_id)

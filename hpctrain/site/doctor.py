@@ -7,17 +7,23 @@ The preflight job is hpctrain.runtime.preflight run with one task per healthy no
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from hpctrain import __version__
-from hpctrain.errors import HpctrainError
 from hpctrain.launch.render import shell_quote
 from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
-from hpctrain.scheduler.slurm.facts import ClusterFacts, is_number, memory_text_mb, parse_gres, slurm_time
+from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.scheduler.slurm.facts import (
+    ClusterFacts,
+    accounting_problem,
+    is_number,
+    memory_text_mb,
+    parse_gres,
+    slurm_time,
+)
 from hpctrain.spec import Site
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
 
@@ -110,21 +116,13 @@ def node_state(node: str, record: dict[str, str]) -> Finding:
 
 
 def accounting_findings(facts: ClusterFacts) -> list[Finding]:
-    proc = subprocess.run(
-        ["sacct", "-n", "-X", "-P", "-S", "now-1hours", "--format=JobID"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    problem = accounting_problem()
     found = [
         Finding(
             "cluster",
-            "sacct",
-            "PASS" if proc.returncode == 0 else "WARN",
-            "works"
-            if proc.returncode == 0
-            else f"no accounting: {(proc.stderr or proc.stdout).strip()[:80]}",
+            "accounting",
+            "WARN" if problem else "PASS",
+            f"no accounting: {problem[:80]}" if problem else "works",
         )
     ]
     if facts.accounting:
@@ -189,22 +187,15 @@ def run_preflight(
     part_gpus = site.partitions[partition].gpus_per_node
     gpus = min([part_gpus, *(parse_gres(facts.nodes[n].get("Gres", ""), site.gres_name)[0] for n in nodes)])
     script.write_text(preflight_script(site, partition, nodes, gpus, folder, tolerance))
-    proc = subprocess.run(
-        ["sbatch", "--parsable", str(script)], capture_output=True, text=True, timeout=60, check=False
-    )
-    if proc.returncode != 0:
-        raise HpctrainError(f"sbatch refused the doctor's preflight job: {proc.stderr.strip()}")
-    job_id = proc.stdout.strip().split(";")[0]
+    backend = SlurmCliBackend()
+    job_id = backend.submit(script, folder)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        state = subprocess.run(
-            ["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, check=False
-        ).stdout.strip()
-        if not state:
+        if backend.poll([job_id])[job_id].state.terminal:
             break
         time.sleep(1)
     else:
-        subprocess.run(["scancel", job_id], check=False)
+        backend.cancel([job_id])
         return f"preflight job {job_id} did not finish within {timeout:.0f} s"
     report = run.read_preflight()
     if report is None:

@@ -14,29 +14,15 @@ from __future__ import annotations
 
 import os
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
-import msgspec
-
 from hpctrain import rundir, spec
 from hpctrain.rundir.lines import EVAL_FIELDS
+from hpctrain.scheduler.slurm.nodes import cancel_job
 
-STOPPED_FILE = "stopped.json"
 POLL_S = 1.0
-
-
-class Stopped(msgspec.Struct, kw_only=True):
-    """stopped.json: why early stopping ended this trial."""
-
-    step: int
-    metric: str
-    value: float
-    median: float
-    peers: int
-    reason: str
 
 
 def rungs(first: int, steps: int) -> list[int]:
@@ -77,7 +63,7 @@ def judge(value: float, peers: list[float], mode: str, min_trials: int) -> float
     return median if worse else None
 
 
-def check(run: rundir.RunDir, settings: spec.Sweep, step: int) -> Stopped | None:
+def check(run: rundir.RunDir, settings: spec.Sweep, step: int) -> rundir.Stopped | None:
     """Stopped when this trial is behind at `step`; None when it goes on (or cannot be judged yet)."""
     assert settings.early_stop is not None and run.element_of is not None
     value = eval_at(run, settings.metric, step)
@@ -92,7 +78,7 @@ def check(run: rundir.RunDir, settings: spec.Sweep, step: int) -> Stopped | None
     if median is None:
         return None
     better = "lower" if settings.mode == "min" else "higher"
-    return Stopped(
+    return rundir.Stopped(
         step=step,
         metric=settings.metric,
         value=value,
@@ -118,9 +104,9 @@ def stop_when_behind(run: rundir.RunDir, settings: spec.Sweep, steps: int, job_i
             continue
         stopped = check(run, settings, pending.pop(0))
         if stopped is not None:
-            rundir.write_json(run.root / STOPPED_FILE, stopped)
+            rundir.write_json(run.stopped, stopped)
             print(f"hpctrain: early stop: {stopped.reason}", flush=True)
-            subprocess.run(["scancel", job_id], check=False)
+            cancel_job(job_id)
             return 0
     return 0
 

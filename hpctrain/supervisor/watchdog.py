@@ -32,7 +32,7 @@ from pathlib import Path
 
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
-from hpctrain.scheduler.slurm.nodes import node_records
+from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
 from hpctrain.spec.job import Watchdog
 from hpctrain.supervisor import hang_rule, stacks
 from hpctrain.supervisor.hang_rule import Seen
@@ -180,14 +180,7 @@ def end_step(
     if ctx.job_id and step_ids:
         # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
         # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
-        cancels = [
-            subprocess.Popen(
-                ["scancel", "--signal=KILL", f"{ctx.job_id}.{step_id}"],
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.DEVNULL,
-            )
-            for step_id in sorted(step_ids)
-        ]
+        cancels = kill_steps(ctx.job_id, step_ids)
         # This node's ranks ending tells that the scancel has been carried out (the other live
         # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
         deadline = time.monotonic() + wait_s

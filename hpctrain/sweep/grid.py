@@ -11,8 +11,7 @@ import random
 
 from hpctrain import spec
 from hpctrain.errors import SpecError
-
-Value = str | int | float | bool
+from hpctrain.rundir.structs import SweepValue as Value
 
 
 def grid_size(grid: dict[str, list[Value]]) -> int:

@@ -18,56 +18,12 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
-from hpctrain.runs.index import SUBMIT_FAILED, Index, Run
-from hpctrain.scheduler.base import JobState
-from hpctrain.sweep.grid import Value, describe, expand, parse_grid_option
+from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
+from hpctrain.runs.index import Index
+from hpctrain.sweep.grid import describe, expand, parse_grid_option
 
 if TYPE_CHECKING:
-    from hpctrain.scheduler.base import Backend
-
-SWEEP_FILE = "sweep.json"
-
-
-class Trial(msgspec.Struct, frozen=True):
-    index: int
-    params: dict[str, Value]
-
-
-class ArrayChunk(msgspec.Struct, kw_only=True):
-    """One sbatch of the sweep: trials offset .. offset+count-1 as array indices 0 .. count-1."""
-
-    offset: int
-    count: int
-    throttle: int | None = None
-    after: int | None = None
-    """The chunk (by position) this one waits for: how --max-parallel holds across several arrays."""
-    job_id: str | None = None
-
-    @property
-    def array(self) -> str:
-        return f"0-{self.count - 1}" + (f"%{self.throttle}" if self.throttle else "")
-
-
-class SweepRecord(msgspec.Struct, kw_only=True):
-    """sweep.json: what was swept, how it was submitted, and where each trial lives."""
-
-    sweep_id: str
-    name: str
-    site: str
-    backend: str
-    submitted_at: float
-    metric: str
-    mode: str
-    max_parallel: int | None = None
-    params: list[str]
-    trials: list[Trial]
-    arrays: list[ArrayChunk]
-
-    def chunk_of(self, trial: int) -> ArrayChunk:
-        for chunk in self.arrays:
-            if chunk.offset <= trial < chunk.offset + chunk.count:
-                return chunk
-        raise IndexError(trial)
+    from hpctrain.scheduler.base import Backend, Limits
 
 
 # ---------------------------------------------------------------------------------------------
@@ -142,47 +98,8 @@ def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> Non
 
 
 # ---------------------------------------------------------------------------------------------
-# Cluster limits and chunks
+# Chunks within the cluster's limits (Backend.limits)
 # ---------------------------------------------------------------------------------------------
-
-
-class Limits(msgspec.Struct):
-    max_array_size: int
-    max_submit_jobs: int | None = None
-    queued: int = 0
-
-
-def cluster_limits(backend: Backend) -> Limits:
-    """MaxArraySize from `scontrol show config`; MaxSubmitJobs of this user from accounting, if any."""
-    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
-    cli = backend if isinstance(backend, SlurmCliBackend) else SlurmCliBackend()
-    config = cli._check(cli._run(["scontrol", "show", "config"], "scontrol show config"), "scontrol")
-    max_array = 1001  # Slurm's default
-    for line in config.splitlines():
-        key, _, value = line.partition("=")
-        if key.strip() == "MaxArraySize" and value.strip().isdigit():
-            max_array = int(value.strip())
-    limits = Limits(max_array)
-    user = os.environ.get("USER") or _user_name()
-    proc = cli._run(
-        ["sacctmgr", "--noheader", "--parsable2", "show", "assoc", f"where user={user}", "format=MaxSubmit"],
-        "sacctmgr",
-    )
-    caps = [int(v) for v in proc.stdout.split() if v.isdigit()] if proc.returncode == 0 else []
-    if caps:
-        limits.max_submit_jobs = min(caps)
-        queue = cli._check(
-            cli._run(["squeue", "--me", "--array", "--noheader", "--format=%i"], "squeue"), "squeue"
-        )
-        limits.queued = len(queue.split())
-    return limits
-
-
-def _user_name() -> str:
-    import pwd
-
-    return pwd.getpwuid(os.getuid()).pw_name
 
 
 def plan_chunks(trials: int, max_array_size: int, max_parallel: int | None = None) -> list[ArrayChunk]:
@@ -224,32 +141,18 @@ def submit(
     index: Index | None = None,
     **options: Any,
 ) -> SweepRecord:
-    """Validate every trial, write each one's spec, then one sbatch per chunk (all or nothing)."""
-    from hpctrain.launch.render import slurm_directive_path
+    """Validate every trial, then (launch.submission's one submit path) write each one's spec and
+    one script per chunk, and submit the chunks: all or nothing."""
+    from hpctrain.launch.submission import origin, submit_run
     from hpctrain.scheduler import select_backend
 
-    index = index or Index()
     backend = select_backend(backend_name)
-    if backend.name == "local":
-        raise SpecError("sweeps run as Slurm job arrays; the local backend has none (use --backend slurm)")
+    limits = backend.limits()  # first: a backend without job arrays refuses before any work
     chosen, trials, resolved = resolve_trials(job_path, site, overrides or [], grid or [], **options)
-    chunks = plan_chunks(len(trials), cluster_limits_checked(backend, len(trials)), chosen.max_parallel)
-    slurm_directive_path(index.root / "runs")
-    sweep_id, root = index.new_run_dir(resolved[0].job.name)
-    run = rundir.RunDir(root)
-    for trial, trial_spec in zip(trials, resolved, strict=True):
-        _write_trial_spec(str(run.element(trial.index).spec), spec.dumps(trial_spec))
-    run.spec.write_bytes(spec.dumps(resolved[0]))
-    submitted_with = rundir.SubmitInfo(
-        job=str(Path(job_path).resolve()),
-        site=site,
-        overrides=overrides or [],
-        backend=backend.name,
-        cwd=str(Path.cwd()),
-    )
-    rundir.write_json(run.submit_info, submitted_with)
+    check_limits(len(trials), limits)
+    chunks = plan_chunks(len(trials), limits.max_array_size, chosen.max_parallel)
     record = SweepRecord(
-        sweep_id=sweep_id,
+        sweep_id="",
         name=resolved[0].job.name,
         site=resolved[0].site.name,
         backend=backend.name,
@@ -261,40 +164,25 @@ def submit(
         trials=trials,
         arrays=chunks,
     )
-    rundir.write_json(root / SWEEP_FILE, record)  # before sbatch: no queued array without its record
-    try:
-        _submit_chunks(record, resolved[0], root, backend)
-    except BackendError as err:
-        index.add(
-            Run(
-                run_id=sweep_id,
-                job_id=None,
-                name=record.name,
-                site=record.site,
-                backend=backend.name,
-                run_dir=root,
-                submitted_at=record.submitted_at,
-                state=SUBMIT_FAILED,
-                state_at=record.submitted_at,
-                reason=str(err),
-            )
-        )
-        raise BackendError(f"{err} (nothing of the sweep stays queued; its specs are in {root})") from None
-    rundir.write_json(root / SWEEP_FILE, record)
-    for position, chunk in enumerate(chunks):
-        run_id = sweep_id if position == 0 else f"{sweep_id}+{chunk.offset}"
-        index.add(
-            Run(
-                run_id=run_id,
-                job_id=chunk.job_id,
-                name=record.name,
-                site=record.site,
-                backend=backend.name,
-                run_dir=root,
-                submitted_at=record.submitted_at,
-                state=JobState.PENDING.value,
-                state_at=record.submitted_at,
-            )
+
+    def write(run: rundir.RunDir) -> rundir.RunDir:
+        for trial, trial_spec in zip(trials, resolved, strict=True):
+            _write_trial_spec(str(run.element(trial.index).spec), spec.dumps(trial_spec))
+        record.sweep_id = run.root.name
+        rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
+        return run
+
+    def schedule(run: rundir.RunDir) -> dict[str, str]:
+        _submit_chunks(record, resolved[0], run, backend)
+        rundir.write_json(run.sweep, record)
+        return {("" if c.offset == 0 else f"+{c.offset}"): c.job_id or "" for c in chunks}
+
+    done = submit_run(
+        index, backend, resolved[0], origin(job_path, site, overrides, backend), write, schedule
+    )
+    if done.error is not None:
+        raise BackendError(
+            f"{done.error} (nothing of the sweep stays queued; its specs are in {done.run.run_dir})"
         )
     return record
 
@@ -310,20 +198,8 @@ def _write_trial_spec(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def cluster_limits_checked(backend: Backend, trials: int) -> int:
-    limits = cluster_limits(backend)
-    check_limits(trials, limits)
-    return limits.max_array_size
-
-
-def chunk_script_name(chunk: ArrayChunk) -> str:
-    return rundir.SCRIPT if chunk.offset == 0 else f"job+{chunk.offset}.sbatch"
-
-
-def _submit_chunks(record: SweepRecord, first: spec.Resolved, root: Path, backend: Backend) -> None:
+def _submit_chunks(record: SweepRecord, first: spec.Resolved, run: rundir.RunDir, backend: Backend) -> None:
     """One sbatch per chunk; if one is refused, the chunks already queued are cancelled."""
-    from hpctrain.launch.render import batch_options, render
-
     try:
         for chunk in record.arrays:
             dependency = first.job.dependency
@@ -332,9 +208,9 @@ def _submit_chunks(record: SweepRecord, first: spec.Resolved, root: Path, backen
                 dependency = f"{wait},{dependency}" if dependency else wait
             job = msgspec.structs.replace(first.job, array=chunk.array, dependency=dependency)
             chunk_spec = msgspec.structs.replace(first, job=job)
-            script = root / chunk_script_name(chunk)
-            script.write_text(render(chunk_spec, root, template=backend.template, array_offset=chunk.offset))
-            chunk.job_id = backend.submit(script, root, batch_options(chunk_spec, root, chunk.offset))
+            request = backend.prepare(chunk_spec, run.root, run.chunk_script(chunk.offset), chunk.offset)
+            request.path.write_text(request.script)
+            chunk.job_id = backend.schedule(request)
     except BackendError:
         queued = [c.job_id for c in record.arrays if c.job_id]
         if queued:
@@ -356,7 +232,7 @@ def trial_batch_log(root: Path, record: SweepRecord, trial: int) -> Path:
 
 
 def load(root: Path) -> SweepRecord | rundir.Unreadable | None:
-    return rundir.read_json(root / SWEEP_FILE, SweepRecord, max_bytes=64 << 20)
+    return rundir.read_json(rundir.RunDir(root).sweep, SweepRecord, max_bytes=64 << 20)
 
 
 def find(index: Index, key: str) -> tuple[Path, SweepRecord | rundir.Unreadable] | None:

@@ -1,8 +1,7 @@
-"""Where a sweep stands: each trial's state (one squeue, at most one sacct per poll) and its metric."""
+"""Where a sweep stands: each trial's state (one Backend.poll of every array) and its metric."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 from pathlib import Path
 from typing import NamedTuple
@@ -10,14 +9,10 @@ from typing import NamedTuple
 import msgspec
 
 from hpctrain import rundir
-from hpctrain.scheduler.base import TERMINAL, JobState, slurm_state
-from hpctrain.supervisor.prune import STOPPED_FILE, Stopped
-from hpctrain.sweep.grid import Value
-from hpctrain.sweep.plan import SweepRecord, trial_dir
+from hpctrain.rundir import Stopped, SweepRecord, SweepValue
+from hpctrain.scheduler.base import TERMINAL, JobInfo, JobState, element_indices
+from hpctrain.sweep.plan import trial_dir
 
-FINISHED_FILE = "trials-final.json"
-# `123_4`, or a pending range `123_[0-9%4]` / `123_[1,3-5]` as squeue without --array and sacct print.
-ELEMENT = re.compile(r"^(\d+)_(\d+|\[[0-9,\-%]+\])$")
 # Metrics lines that stand in for a result field while the trial still runs.
 RUNNING_METRIC: dict[str, tuple[type, str]] = {
     "eval_loss": (rundir.EvalLine, "loss"),
@@ -28,7 +23,7 @@ RUNNING_METRIC: dict[str, tuple[type, str]] = {
 
 class TrialStatus(msgspec.Struct, kw_only=True):
     index: int
-    params: dict[str, Value]
+    params: dict[str, SweepValue]
     state: str
     job_id: str
     """The element as Slurm names it: ARRAYJOBID_INDEX."""
@@ -58,64 +53,36 @@ class Polled(NamedTuple):
     directory holds nothing yet and is not read."""
 
 
-def element_states(record: SweepRecord, squeue: str, sacct: str = "") -> dict[int, Polled]:
-    """Trial index -> its state from `ID|STATE|REASON` rows; squeue's rows win over sacct's."""
-    offsets = {c.job_id: c for c in record.arrays if c.job_id}
+def element_states(record: SweepRecord, found: dict[str, JobInfo]) -> dict[int, Polled]:
+    """Trial index -> its state, from a poll of the sweep's arrays (their elements folded in)."""
     states: dict[int, Polled] = {}
-    for text in (sacct, squeue):  # squeue last: it is the fresher
-        for line in text.splitlines():
-            parts = line.strip().split("|")
-            match = ELEMENT.match(parts[0]) if len(parts) >= 2 else None
-            chunk = offsets.get(match.group(1)) if match else None
-            if match is None or chunk is None:
-                continue
-            state = slurm_state(parts[1]).value
-            reason = parts[2] if len(parts) > 2 and parts[2] != "None" else ""
-            started = match.group(2).isdigit()
-            for local in _indices(match.group(2), chunk.count):
-                states[chunk.offset + local] = Polled(state, reason, started)
+    for chunk in record.arrays:
+        info = found.get(chunk.job_id or "")
+        if info is None:
+            continue
+        for element, state in info.elements.items():
+            polled = Polled(state.value, info.element_reasons.get(element, ""), element.isdigit())
+            for local in element_indices(element, chunk.count):
+                states[chunk.offset + local] = polled
     return states
-
-
-def _indices(text: str, count: int) -> list[int]:
-    """`4` -> [4]; `[0-9%4]` -> 0..9, bounded by the chunk's size whatever the text says."""
-    if text.isdigit():
-        return [int(text)] if int(text) < count else []
-    out: list[int] = []
-    for part in text.strip("[]").split("%", 1)[0].split(","):
-        low, _, high = part.partition("-")
-        if low.isdigit() and (high.isdigit() or not high):
-            out.extend(range(int(low), min(int(high or low), count - 1) + 1))
-    return out
 
 
 def poll(records: list[SweepRecord], finished: list[dict[int, TrialStatus]]) -> list[dict[int, Polled]]:
-    """One squeue for every element of every array of every sweep; then sacct once, only for the
-    arrays with unfinished elements that squeue no longer lists."""
-    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+    """One poll of every array of every sweep (per backend): the queue once, and accounting once for
+    the arrays with unfinished trials that the queue no longer lists whole."""
+    from hpctrain.scheduler import select_backend
 
-    if not records:
-        return []
-    cli = SlurmCliBackend()
-    rows = cli._check(
-        cli._run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%T|%r"], "squeue"),
-        "squeue",
-    )
-    states = [element_states(record, rows) for record in records]
-    gone = [
-        record
-        for record, known, done in zip(records, states, finished, strict=True)
-        if any(t.index not in known and t.index not in done for t in record.trials)
-    ]
-    ids = ",".join(c.job_id for r in gone for c in r.arrays if c.job_id)
-    if ids:
-        proc = cli._run(
-            ["sacct", "-X", "--noheader", "--parsable2", "--format=JobID,State,Reason", "--jobs", ids],
-            "sacct",
-        )
-        if proc.returncode == 0:  # no accounting: the run directories still tell how trials ended
-            states = [element_states(r, rows, proc.stdout) for r in records]
-    return states
+    by_backend: dict[str, dict[str, int]] = {}
+    for record, done in zip(records, finished, strict=True):
+        sizes = by_backend.setdefault(record.backend, {})
+        for chunk in record.arrays:
+            if chunk.job_id and any(i not in done for i in range(chunk.offset, chunk.offset + chunk.count)):
+                sizes[chunk.job_id] = chunk.count
+    found: dict[str, JobInfo] = {}
+    for name, sizes in by_backend.items():
+        if sizes:
+            found.update(select_backend(name).poll(sizes, array_sizes=sizes))
+    return [element_states(record, found) for record in records]
 
 
 def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | None) -> TrialStatus:
@@ -133,7 +100,7 @@ def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | N
         return status
     run = trial_dir(root, index)
     if polled.state == JobState.CANCELLED.value:
-        stopped = rundir.read_json(run.root / STOPPED_FILE, Stopped)
+        stopped = rundir.read_json(run.stopped, Stopped)
         if isinstance(stopped, Stopped):
             status.state, status.reason = STOPPED, stopped.reason
             status.step, status.metric = stopped.step, stopped.value
@@ -170,7 +137,7 @@ FINAL = frozenset(
 
 
 def load_finished(root: Path) -> dict[int, TrialStatus]:
-    cached = rundir.read_json(root / FINISHED_FILE, Finished, max_bytes=64 << 20)
+    cached = rundir.read_json(rundir.RunDir(root).trials_final, Finished, max_bytes=64 << 20)
     return cached.trials if isinstance(cached, Finished) else {}
 
 
@@ -197,7 +164,7 @@ def summarize(
         trials.append(status)
     if new:
         try:
-            rundir.write_json(root / FINISHED_FILE, Finished(finished))
+            rundir.write_json(rundir.RunDir(root).trials_final, Finished(finished))
         except OSError:
             pass  # a cache: a read-only sweep directory only makes the next poll read more
     ranked = rank(trials, record.mode)

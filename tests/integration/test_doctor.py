@@ -81,7 +81,7 @@ def test_doctor_passes_on_the_shipped_profile(hpctrain_home: Path) -> None:
     assert statuses(report, "node1", "versions") == ["PASS"] and statuses(
         report, "node2", "node all-reduce"
     ) == ["PASS"]
-    assert statuses(report, "cluster", "sacct") == ["PASS"]
+    assert statuses(report, "cluster", "accounting") == ["PASS"]
 
 
 def test_doctor_catches_more_gpus_than_the_nodes_have(tmp_path: Path, hpctrain_home: Path) -> None:

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 
 from hpctrain.cli.view.table import ago, number, table
 from hpctrain.errors import printable
-from hpctrain.runs.index import SUBMIT_FAILED
 from hpctrain.runs.status import MIN_INTERVAL_S
+from hpctrain.scheduler.base import JobState
 
 if TYPE_CHECKING:
     from hpctrain.runs.index import Run
@@ -65,7 +65,7 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
         prog = status.progress
         # Most of a thousand ended runs have nothing more to say than their row.
         failing = status.failed_tasks is not None
-        if detail or status.elements or prog.unreadable or failing or status.state == SUBMIT_FAILED:
+        if detail or status.elements or prog.unreadable or failing or status.state == JobState.SUBMIT_FAILED:
             _show_problems(status, detail)
         elif _is_parameter_server(prog):
             _show_parameter_server(label, prog)
@@ -152,7 +152,7 @@ def _show_stragglers(label: str, prog: Progress) -> None:
 
 
 def _show_problems(status: RunStatus, detail: bool) -> None:
-    if status.state == SUBMIT_FAILED:
+    if status.state == JobState.SUBMIT_FAILED:
         reason = printable(status.reason)
         print(f"  {status.run_id}: not submitted: {reason} (script kept in {status.run_dir})")
         return

@@ -1,4 +1,4 @@
-"""The Slurm command-line backend: sbatch, squeue, sacct, scancel, with machine-readable output."""
+"""The Slurm command-line backend: sbatch, squeue, sacct, scancel, scontrol, sacctmgr, machine-readable."""
 
 from __future__ import annotations
 
@@ -6,17 +6,27 @@ import math
 import os
 import re
 import shutil
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from hpctrain.errors import SpecError
-from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
+from hpctrain.scheduler.base import (
+    Backend,
+    BackendError,
+    JobInfo,
+    JobState,
+    Limits,
+    incomplete_arrays,
+    merge_accounting,
+)
+from hpctrain.scheduler.slurm.parse import last_line, max_array_size, parse_sacct, parse_sbatch, parse_squeue
 
 if TYPE_CHECKING:
     import subprocess
 
     from hpctrain.launch.render import BatchOptions
+    from hpctrain.rundir import RunDir
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds (HPCTRAIN_SLURM_TIMEOUT) is reported as unreachable.
@@ -24,11 +34,6 @@ DEFAULT_TIMEOUT_S = 20.0
 SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Submit"
 UNREACHABLE = re.compile(r"unable to contact|connection refused|connect failure|timed out|Zero Bytes", re.I)
-
-
-def base_job_id(text: str) -> str:
-    """`123`, `123+1` (hetjob component), `123_4` / `123_[5-9]` (array) -> `123`."""
-    return re.split(r"[+_.]", text, maxsplit=1)[0]
 
 
 def timeout_s() -> float:
@@ -43,30 +48,6 @@ def timeout_s() -> float:
     if not (0 < value < math.inf):
         raise SpecError(f"HPCTRAIN_SLURM_TIMEOUT={text!r}: expected a positive number of seconds")
     return value
-
-
-def as_text(output: str | bytes) -> str:
-    """Scheduler output as text: a byte that is not UTF-8 (a job name, a node's locale) is replaced."""
-    return output.decode("utf-8", "replace") if isinstance(output, bytes) else output
-
-
-def last_line(text: str) -> str:
-    """The last non-blank line: where sbatch and squeue put the error that ended them."""
-    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else ""
-
-
-SBATCH_JOB_ID = re.compile(r"\s*(\d+)(?:;\S*)?\s*")
-
-
-def parse_sbatch(output: str | bytes) -> str:
-    """The job id from `sbatch --parsable` (`id` or `id;cluster`), whatever warnings surround it."""
-    text = as_text(output)
-    for line in text.splitlines():
-        match = SBATCH_JOB_ID.fullmatch(line)
-        if match:
-            return match.group(1)
-    raise BackendError(f"sbatch printed no job id: {text.strip()[:200]!r}")
 
 
 class SlurmCliBackend(Backend):
@@ -118,14 +99,18 @@ class SlurmCliBackend(Backend):
             raise BackendError(f"sbatch --test-only refused the script: {last_line(proc.stderr)}")
         return last_line(proc.stderr) or last_line(proc.stdout)
 
-    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+    def poll(
+        self, job_ids: Iterable[str], array_sizes: Mapping[str, int] | None = None
+    ) -> dict[str, JobInfo]:
         wanted = {str(j) for j in job_ids}
         if not wanted:
             return {}
         found = self._squeue(wanted)
+        partial = incomplete_arrays(found, array_sizes or {})
         missing = wanted - found.keys()
-        if missing:
-            found.update(self._sacct(missing))
+        if missing or partial:
+            for job_id, info in self._sacct(missing | partial).items():
+                found[job_id] = merge_accounting(found[job_id], info) if job_id in found else info
         for job_id in wanted - found.keys():
             found[job_id] = JobInfo(job_id, JobState.UNKNOWN, reason="not in squeue; no accounting record")
         return found
@@ -162,44 +147,24 @@ class SlurmCliBackend(Backend):
         if ids:
             self._check(self._run(["scancel", *ids], "scancel"), "scancel")
 
+    def limits(self) -> Limits:
+        """MaxArraySize from `scontrol show config`; this user's MaxSubmitJobs from accounting, if any."""
+        from hpctrain.scheduler.slurm.facts import parse_config, user_associations
 
-def _parse_rows(output: str | bytes, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
-    """Rows of `id|state|<third>|nodes|elapsed`, folded per base job id (components, array tasks)."""
-    found: dict[str, JobInfo] = {}
-    newest: dict[str, str] = {}
-    for line in as_text(output).splitlines():
-        parts = line.strip().split("|")
-        if len(parts) < 5:
-            continue
-        raw_id, state, third_value, nodes, elapsed = parts[:5]
-        job_id = base_job_id(raw_id)
-        if job_id not in wanted:
-            continue
-        # Job ids come back after a controller's state is reset: only the newest job of an id counts.
-        submit = parts[5] if len(parts) > 5 else ""
-        if submit < newest.get(job_id, ""):
-            continue
-        if submit > newest.get(job_id, ""):
-            newest[job_id] = submit
-            found.pop(job_id, None)
-        info = JobInfo(
-            job_id,
-            slurm_state(state),
-            nodes=nodes,
-            elapsed=elapsed,
-            source=source,
-            extra={"slurm_state": state},
-        )
-        setattr(info, third, "" if third_value == "None" else third_value)
-        merge_component(found, info, raw_id)
-    return found
+        config = self._check(self._run(["scontrol", "show", "config"], "scontrol show config"), "scontrol")
+        limits = Limits(max_array_size(parse_config(config)))
+        try:
+            rows = user_associations(["MaxSubmit"], timeout_s())
+        except BackendError:
+            rows = []  # no accounting: no per-user cap to respect
+        caps = [int(row[0]) for row in rows if row[0].isascii() and row[0].isdigit()]
+        limits.max_submit_jobs = min(caps) if caps else None
+        if limits.max_submit_jobs is not None:
+            queue = self._run(["squeue", "--me", "--array", "--noheader", "--format=%i"], "squeue")
+            limits.queued = len(self._check(queue, "squeue").split())
+        return limits
 
+    def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
+        from hpctrain.scheduler.slurm.nodes import release_requeued
 
-def parse_squeue(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
-    """`squeue --format=%i|%T|%r|%N|%M` output: the third column is the pending reason."""
-    return _parse_rows(text, wanted, "squeue", "reason")
-
-
-def parse_sacct(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
-    """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed,Submit` output."""
-    return _parse_rows(text, wanted, "sacct", "exit_code")
+        return [info.job_id for run, info in held if release_requeued(run, info)]

@@ -170,11 +170,10 @@ class ClusterFacts:
         facts = cls(partitions, nodes, config, mpi)
         if "slurmdbd" in config.get("AccountingStorageType", ""):
             try:
-                assoc = command(["sacctmgr", "-n", "-P", "show", "assoc", "format=account,user,qos"], timeout)
-                rows = [line.split("|") for line in assoc.splitlines() if line.count("|") >= 2]
-                import getpass
-
-                user = getpass.getuser()
+                rows = [
+                    row for row in user_associations(["account", "user", "qos"], timeout) if len(row) >= 3
+                ]
+                user = user_name()
                 facts.accounts = sorted({r[0] for r in rows if r[1] == user})
                 facts.qos = sorted({q for r in rows if r[1] == user for q in r[2].split(",") if q})
                 facts.accounting = True
@@ -187,6 +186,49 @@ class ClusterFacts:
 
     def default_partition(self) -> str | None:
         return next((n for n, p in self.partitions.items() if p.get("Default") == "YES"), None)
+
+
+def user_name() -> str:
+    """This user's login name, as accounting knows it."""
+    import getpass
+
+    return getpass.getuser()
+
+
+def user_associations(fields: list[str], timeout: float = 30) -> list[list[str]]:
+    """This user's associations in accounting (sacctmgr), one row of `fields` each."""
+    text = command(
+        [
+            "sacctmgr",
+            "--noheader",
+            "--parsable2",
+            "show",
+            "assoc",
+            f"where user={user_name()}",
+            "format=" + ",".join(fields),
+        ],
+        timeout,
+    )
+    return [line.split("|") for line in text.splitlines() if line.strip()]
+
+
+def accounting_problem(timeout: float = 60) -> str | None:
+    """Why sacct does not answer (a cluster without accounting), or None when it does."""
+    try:
+        command(
+            [
+                "sacct",
+                "--noheader",
+                "--allocations",
+                "--parsable2",
+                "--starttime=now-1hours",
+                "--format=JobID",
+            ],
+            timeout,
+        )
+    except HpctrainError as err:
+        return str(err)
+    return None
 
 
 def command(argv: list[str], timeout: float = 30, merge: bool = False) -> str:

@@ -15,10 +15,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import time
+from collections.abc import Callable, Iterable
+
+import msgspec
 
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History, restart_policy
+from hpctrain.scheduler.base import JobInfo, JobState
+from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.scheduler.slurm.facts import command, expand_hostlist, parse_record, parse_records
 
 # scontrol node states that mean the node is gone (a drained node is alive).
@@ -119,37 +124,98 @@ def slurm_timestamp(text: str) -> float:
         return 0.0
 
 
-def release_requeued(run: RunDir, job_id: str, state: str, reason: str) -> bool:
-    """Start a requeued run now that Slurm holds for its requeue delay; True when it did.
+class HeldJob(msgspec.Struct, frozen=True):
+    """What the controller says of a job it holds after a requeue (from scontrol or pyslurm)."""
+
+    submitted_at: float
+    """Slurm resets SubmitTime at a requeue; 0 when unknown."""
+    starts_at: float
+    """When the hold ends (StartTime); 0 when unknown."""
+    excluded: list[str]
+    required: list[str]
+
+
+def held_release(
+    run: RunDir, info: JobInfo, job: Callable[[], HeldJob], dead: Callable[[list[str]], list[str]]
+) -> dict[str, list[str] | None] | None:
+    """Whether to start a requeued run now that Slurm holds it for its requeue delay: None, or the
+    node lists to change with it (`excluded`, `required`; None leaves one as it is).
 
     Any run with attempts was requeued (a fresh submission has none yet): by hpctrain, whose batch
     script asked for a start 5 s on but may have ended after that, or by Slurm itself after the
     batch node died (an attempt started and never ended): then the dead nodes are excluded too.
+    `job` and `dead` ask the controller, only when the run's own files say a release may be due.
     """
-    if state != "PENDING" or "BeginTime" not in reason:
-        return False
+    if info.state is not JobState.PENDING or "BeginTime" not in info.reason:
+        return None
     history = History.read(run)
     if not history.lines:
-        return False
-    record = job_record(job_id)
-    # Slurm resets SubmitTime at a requeue. A batch script launched within a second of the old one's
-    # end is refused ("already killed": its credential is not newer than the revocation) and the
-    # job FAILS: let the requeue settle first, and never touch a start already near.
+        return None
+    held = job()
+    # A batch script launched within a second of the old one's end is refused ("already killed": its
+    # credential is not newer than the revocation) and the job FAILS: let the requeue settle first,
+    # and never touch a start already near.
     now = time.time()
-    if now - slurm_timestamp(record.get("SubmitTime", "")) < SETTLE_S:
-        return False
-    if slurm_timestamp(record.get("StartTime", "")) - now < SETTLE_S:
-        return False
-    update = ["scontrol", "update", f"jobid={job_id}", "StartTime=now"]
+    if now - held.submitted_at < SETTLE_S or held.starts_at - now < SETTLE_S:
+        return None
+    changes: dict[str, list[str] | None] = {"excluded": None, "required": None}
     lost = history.open_attempt()
     if lost is not None and restart_policy(run).exclude_failed_nodes:
-        excluded = hostnames(record.get("ExcNodeList", ""))
-        new = [node for node in down_nodes(lost.nodes) if node not in excluded]
+        new = [node for node in dead(lost.nodes) if node not in held.excluded]
         if new:
-            update.append("ExcNodeList=" + ",".join(excluded + new))
+            changes["excluded"] = held.excluded + new
             # A job pinned to the dead node (--nodelist) could never start again: the pin goes with it.
-            required = hostnames(record.get("ReqNodeList", ""))
-            if set(required) & set(new):
-                update.append("ReqNodeList=" + ",".join(n for n in required if n not in new))
+            if set(held.required) & set(new):
+                changes["required"] = [n for n in held.required if n not in new]
+    return changes
+
+
+def release_requeued(run: RunDir, info: JobInfo) -> bool:
+    """Start a requeued run held for its requeue delay (see held_release) with scontrol; True when it did."""
+    record: dict[str, str] = {}
+
+    def held() -> HeldJob:
+        record.update(job_record(info.job_id))
+        return HeldJob(
+            submitted_at=slurm_timestamp(record.get("SubmitTime", "")),
+            starts_at=slurm_timestamp(record.get("StartTime", "")),
+            excluded=hostnames(record.get("ExcNodeList", "")),
+            required=hostnames(record.get("ReqNodeList", "")),
+        )
+
+    changes = held_release(run, info, held, down_nodes)
+    if changes is None:
+        return False
+    update = ["scontrol", "update", f"jobid={info.job_id}", "StartTime=now"]
+    if changes["excluded"] is not None:
+        update.append("ExcNodeList=" + ",".join(changes["excluded"]))
+    if changes["required"] is not None:
+        update.append("ReqNodeList=" + ",".join(changes["required"]))
     quiet(update)
     return True
+
+
+def cancel_job(job_id: str) -> None:
+    """scancel a job (or one array element, `123_4`); a failure is left to the caller's next look."""
+    subprocess.run(["scancel", job_id], check=False)
+
+
+def kill_steps(job_id: str, step_ids: Iterable[str]) -> list[subprocess.Popen[bytes]]:
+    """SIGKILL the tasks of each step (scancel JOB.STEP), not waited for: the caller decides how long."""
+    return [
+        subprocess.Popen(
+            [*KILL_STEP, f"{job_id}.{step_id}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for step_id in sorted(step_ids)
+    ]
+
+
+def partition_nodes_left(partition: str, job_id: str, timeout: float = 10.0) -> set[str]:
+    """The nodes of `partition` that the job has not excluded (scontrol); raises HpctrainError when
+    the controller does not answer."""
+    part = parse_record(command(["scontrol", "show", "partition", partition, "-o"], timeout))
+    job = parse_record(command(["scontrol", "show", "job", job_id, "-o"], timeout))
+    nodes = set(expand_hostlist(part.get("Nodes", "")))
+    return nodes - set(expand_hostlist(job.get("ExcNodeList", "")))

@@ -7,17 +7,29 @@ import shutil
 import signal as signals
 import subprocess
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState, merge_component, slurm_state
+from hpctrain.scheduler.base import (
+    Backend,
+    BackendError,
+    JobInfo,
+    JobState,
+    Limits,
+    incomplete_arrays,
+    merge_accounting,
+    merge_component,
+)
+from hpctrain.scheduler.slurm.parse import slurm_state
 from hpctrain.spec import memory_mb, time_minutes
 
 if TYPE_CHECKING:
     from hpctrain.launch.render import BatchOptions
+    from hpctrain.rundir import RunDir
+    from hpctrain.scheduler.slurm.nodes import HeldJob
 
 # pyslurm 23.2 introduced the object API this backend uses (JobSubmitDescription, Jobs.load,
 # Job.cancel, db.Jobs). The 17.11/18.08 releases on PyPI only have the old dict API
@@ -314,15 +326,19 @@ class PyslurmBackend(Backend):
         job_id = self._rpc("submit", description.submit)
         return str(job_id)
 
-    def poll(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
+    def poll(
+        self, job_ids: Iterable[str], array_sizes: Mapping[str, int] | None = None
+    ) -> dict[str, JobInfo]:
         wanted = {str(j) for j in job_ids}
         if not wanted:
             return {}
         # One slurm_load_jobs RPC for every job the controller still holds, filtered here.
         found = collect(self._rpc("load_jobs", self.pyslurm.Jobs.load).values(), wanted, "pyslurm")
+        partial = incomplete_arrays(found, array_sizes or {})
         missing = wanted - found.keys()
-        if missing:
-            found.update(self._from_database(missing))
+        if missing or partial:
+            for job_id, info in self._from_database(missing | partial).items():
+                found[job_id] = merge_accounting(found[job_id], info) if job_id in found else info
         for job_id in wanted - found.keys():
             found[job_id] = JobInfo(
                 job_id,
@@ -353,9 +369,64 @@ class PyslurmBackend(Backend):
             job = self.pyslurm.Job(int(job_id))
             self._rpc("cancel", job.cancel)
 
+    def limits(self) -> Limits:
+        # pyslurm's configuration and association objects differ between its releases; a sweep
+        # asks once, so the command line's answer serves.
+        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+        return SlurmCliBackend().limits()
+
+    def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
+        from hpctrain.scheduler.slurm.nodes import held_release
+
+        released = []
+        for run, info in held:
+            changes = held_release(run, info, lambda job_id=info.job_id: self._held(job_id), self._dead)
+            if changes is None:
+                continue
+            description = self.pyslurm.JobSubmitDescription(begin_time="now")
+            if changes["excluded"] is not None:
+                description.excluded_nodes = changes["excluded"]
+            if changes["required"] is not None:
+                description.required_nodes = changes["required"]
+            job = self.pyslurm.Job(int(info.job_id))
+            try:
+                self._rpc("modify", lambda job=job, d=description: job.modify(d))
+            except BackendError:
+                continue  # the next poll tries again, as scontrol's failure is left for it
+            released.append(info.job_id)
+        return released
+
+    def _held(self, job_id: str) -> HeldJob:
+        from hpctrain.scheduler.slurm.nodes import HeldJob
+
+        job = self._rpc("load_job", lambda: self.pyslurm.Job.load(int(job_id)))
+        return HeldJob(
+            submitted_at=float(getattr(job, "submit_time", None) or 0),
+            starts_at=float(getattr(job, "start_time", None) or 0),
+            excluded=_node_list(getattr(job, "excluded_nodes", None)),
+            required=_node_list(getattr(job, "required_nodes", None)),
+        )
+
+    def _dead(self, nodes: list[str]) -> list[str]:
+        from hpctrain.scheduler.slurm.nodes import is_dead
+
+        known = self._rpc("load_nodes", self.pyslurm.Nodes.load)
+        states = {name: str(getattr(node, "state", "")) for name, node in known.items()}
+        return [node for node in nodes if is_dead(states.get(node, "DOWN"))]
+
     def test_only(self, script: Path) -> str:
         # pyslurm wraps no slurm_job_will_run.
         raise BackendError(
             "pyslurm has no test-only submission (no slurm_job_will_run binding); "
             "use the command-line backend for --test-only"
         )
+
+
+def _node_list(value: Any) -> list[str]:
+    """pyslurm gives node lists as a list or as Slurm's text (`node[1-2]`), depending on its release."""
+    from hpctrain.scheduler.slurm.facts import expand_hostlist
+
+    if not value:
+        return []
+    return list(value) if isinstance(value, list | tuple) else expand_hostlist(str(value))

@@ -45,7 +45,7 @@ def _raise(error: BaseException):  # type: ignore[no-untyped-def]
 def test_a_render_failure_removes_the_run_directory(
     error: BaseException, hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(submission, "render", _raise(error))
+    monkeypatch.setattr(SlurmCliBackend, "prepare", _raise(error))
     with pytest.raises(type(error)):
         submission.submit(JOB, "local", backend_name="slurm")
     assert run_dirs(hpctrain_home) == []

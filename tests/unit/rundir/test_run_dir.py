@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import os
+import re
 import time
 from pathlib import Path
 
@@ -20,8 +21,8 @@ from hpctrain.rundir import (
     Heartbeat,
     MemoryLine,
     RankBeat,
-    Record,
     Result,
+    Run,
     RunDir,
     SpecSummary,
     SubmitInfo,
@@ -30,6 +31,7 @@ from hpctrain.rundir import (
     WorkerStats,
 )
 from hpctrain.rundir import names as rundir_names
+from hpctrain.scheduler.base import JobState
 
 
 @pytest.fixture
@@ -73,32 +75,60 @@ def test_a_name_family_parses_back_its_own_names_only(
         assert family.number(family.name(number) + ".tmp") is None
 
 
-def test_no_module_outside_the_contract_spells_a_run_directory_name() -> None:
-    """A string of the code (not a docstring or a message) that is a file name of rundir_names, or
-    starts with one of its families' prefixes, is a second spelling: it must come from there."""
+# Anything that looks like a file of a run directory: the contract's names are not the only ones
+# caught, so a new file spelled outside rundir/ (sweep.json once was) fails too.
+FILE_LIKE = re.compile(r"^[\w.+%-]+\.(json|jsonl|log|sbatch|txt|flag|pid|pt|request)$")
+
+
+def spelled_run_directory_names(
+    source: str, names: set[str], prefixes: tuple[str, ...]
+) -> list[tuple[int, str]]:
+    """(line, text) of each string of the code (not a docstring) that is a run-directory name:
+    one of the contract's, one that starts with one of its families' prefixes, or one shaped like a file."""
+    tree = ast.parse(source)
+    docstrings = {
+        id(node.body[0].value)  # type: ignore[attr-defined]
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
+            text = node.value
+            if any(c.isspace() for c in text):
+                continue
+            if text in names or text.startswith(prefixes) or FILE_LIKE.match(text):
+                found.append((node.lineno, text))
+    return found
+
+
+def contract_names() -> tuple[set[str], tuple[str, ...]]:
     names = {
         v for k, v in vars(rundir_names).items() if k.isupper() and isinstance(v, str) and set(v) & set(".-")
     }
-    prefixes = tuple(f.prefix for f in FAMILIES)
+    return names, tuple(f.prefix for f in FAMILIES)
+
+
+def test_no_module_outside_the_contract_spells_a_run_directory_name() -> None:
+    names, prefixes = contract_names()
     package = Path(rundir.__file__).resolve().parents[1]
-    found = []
-    for path in sorted(package.rglob("*.py")):
-        if path.name == "rundir_names.py" or "rundir" in path.relative_to(package).parts:
-            continue
-        tree = ast.parse(path.read_text())
-        docstrings = {
-            id(node.body[0].value)
-            for node in ast.walk(tree)
-            if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-            and node.body
-            and isinstance(node.body[0], ast.Expr)
-        }
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-                text = node.value
-                if not any(c.isspace() for c in text) and (text in names or text.startswith(prefixes)):
-                    found.append(f"{path.relative_to(package)}:{node.lineno}: {text!r}")
+    found = [
+        f"{path.relative_to(package)}:{line}: {text!r}"
+        for path in sorted(package.rglob("*.py"))
+        if "rundir" not in path.relative_to(package).parts
+        for line, text in spelled_run_directory_names(path.read_text(), names, prefixes)
+    ]
     assert found == []
+
+
+@pytest.mark.parametrize(
+    "source",
+    ['FILE = "sweep.json"', 'path = root / "trials-final.json"', 'f"job+{offset}.sbatch"', 'x = "rank-"'],
+)
+def test_the_guard_catches_a_name_the_contract_does_not_list(source: str) -> None:
+    assert spelled_run_directory_names(source, *contract_names())
 
 
 def test_template_names_match_the_paths(run: RunDir) -> None:
@@ -132,14 +162,14 @@ def test_every_file_struct_round_trips(run: RunDir) -> None:
     run.write_failure(report)
     assert run.read_failures() == [report]
     assert report.error == "RuntimeError: boom"
-    record = Record(
+    record = Run(
         run_id="r",
         job_id="7",
         name="n",
         site="s",
         backend="slurm",
         submitted_at=1.0,
-        state="RUNNING",
+        state=JobState.RUNNING,
         state_at=2.0,
     )
     run.write_record(record)
@@ -310,3 +340,23 @@ def test_atomic_writes_never_show_half_a_file(run: RunDir) -> None:
             thread.join()
     assert errors == []
     assert not [p for p in run.root.iterdir() if p.name != "result.json"]
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        # The first record.json: no run_dir.
+        b'{"run_id":"r","job_id":"7","name":"n","site":"s","backend":"slurm","submitted_at":1.0,'
+        b'"state":"RUNNING","state_at":2.0,"reason":""}',
+        # With run_dir and restarts (null), as the index's copy was written until the one run record.
+        b'{"run_id":"r","job_id":null,"name":"n","site":"s","backend":"slurm","submitted_at":1.0,'
+        b'"state":"SUBMIT_FAILED","state_at":2.0,"reason":"refused","run_dir":"/x/r","restarts":null}',
+    ],
+)
+def test_record_json_of_earlier_versions_decodes(run: RunDir, text: bytes) -> None:
+    run.root.mkdir()
+    run.record.write_bytes(text)
+    record = run.read_record()
+    assert isinstance(record, rundir.Run) and record.run_id == "r" and record.submitted_at == 1.0
+    assert record.state in (JobState.RUNNING, JobState.SUBMIT_FAILED)
+    assert record.run_dir in (Path(), Path("/x/r")) and record.restarts is None

@@ -12,9 +12,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from hpctrain import rundir
 from hpctrain.runs import index as records
 from hpctrain.runs import index_lines
 from hpctrain.runs.index import Index, Run, write_record
+from hpctrain.scheduler.base import JobState
 
 DAY = 24 * 3600
 
@@ -242,3 +244,23 @@ def test_record_json_is_whole_under_concurrent_writers_and_readers(tmp_path: Pat
         assert proc.exitcode == 0
     assert failures.value == 0
     assert not list(tmp_path.glob("*.tmp")), "temporary files were left behind"
+
+
+def test_index_lines_of_earlier_versions_decode_as_the_one_run_record(tmp_path: Path) -> None:
+    """index.jsonl as versions before the one run record wrote it: every field, reason "" included."""
+    index = Index(tmp_path)
+    old = (
+        b'{"op":"add","run_id":"20260101-000000-a-1","job_id":"41","name":"a","site":"local",'
+        b'"backend":"slurm","run_dir":"/x/runs/20260101-000000-a-1","submitted_at":1.5,'
+        b'"state":"PENDING","state_at":1.5,"reason":""}\n'
+        b'{"op":"state","run_id":"20260101-000000-a-1","state":"COMPLETED","at":9.0,"reason":""}\n'
+        b'{"op":"add","run_id":"20260101-000000-b-2","job_id":null,"name":"b","site":"local",'
+        b'"backend":"slurm","run_dir":"/x/runs/20260101-000000-b-2","submitted_at":2.5,'
+        b'"state":"SUBMIT_FAILED","state_at":2.5,"reason":"sbatch failed: no partition"}\n'
+    )
+    index.path.write_bytes(old)
+    failed, done = index.runs()
+    assert isinstance(done, rundir.Run) and done.state is JobState.COMPLETED and done.state_at == 9.0
+    assert done.run_dir == Path("/x/runs/20260101-000000-a-1") and done.job_id == "41"
+    assert failed.state is JobState.SUBMIT_FAILED and failed.reason == "sbatch failed: no partition"
+    assert index.history(done.run_id) == [(JobState.PENDING, 1.5, ""), (JobState.COMPLETED, 9.0, "")]

@@ -3,10 +3,8 @@ without Slurm: examples for each rule, and hypothesis over arbitrary attempt his
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
-import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -270,35 +268,3 @@ def test_decisions_keep_their_promises(
         assert decision.code == 5
     summary = summarize(history, policy.max, policy.exclude_failed_nodes)
     assert summary.restarts == len(history.restarts()) and summary_line(summary).startswith("restarts: ")
-
-
-def test_release_waits_for_the_requeue_to_settle_and_drops_a_dead_pin(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The login-side release of a requeued run (scontrol's answers given as text)."""
-    from hpctrain.scheduler.slurm import nodes as slurm_nodes
-
-    run = RunDir(tmp_path)
-    append_line(run.attempts, start(0, ["node2"]))  # the allocation was lost: no end line
-    stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() - 30))
-    later = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(time.time() + 90))
-    answers = {
-        "job": f"JobId=7 SubmitTime={stamp} StartTime={later} ReqNodeList=node2 ExcNodeList=(null)",
-        "node": "NodeName=node2 State=DOWN+NOT_RESPONDING",
-    }
-    sent: list[list[str]] = []
-
-    def quiet(argv: list[str], timeout: float = 30.0) -> str:
-        sent.append(argv)
-        return answers.get(argv[2], "") if argv[1] == "show" else ""
-
-    monkeypatch.setattr(slurm_nodes, "quiet", quiet)
-    assert not slurm_nodes.release_requeued(run, "7", "PENDING", "Priority")
-    assert slurm_nodes.release_requeued(run, "7", "PENDING", "BeginTime")
-    assert sent[-1] == [
-        "scontrol", "update", "jobid=7", "StartTime=now", "ExcNodeList=node2", "ReqNodeList=",
-    ]  # fmt: skip
-    # Just requeued (SubmitTime now), or already about to start: left alone.
-    answers["job"] = answers["job"].replace(stamp, time.strftime("%Y-%m-%dT%H:%M:%S"))
-    assert not slurm_nodes.release_requeued(run, "7", "PENDING", "BeginTime")
-    assert not slurm_nodes.release_requeued(RunDir(tmp_path / "fresh"), "8", "PENDING", "BeginTime")

@@ -12,6 +12,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpctrain import rundir, spec
+from hpctrain.scheduler.base import Limits, incomplete_arrays, merge_accounting
+from hpctrain.scheduler.slurm.parse import parse_sacct, parse_squeue
 from hpctrain.sweep import grid as sweep_grid
 from hpctrain.sweep import plan as sweep
 from hpctrain.sweep.status import Polled, element_states, rank, summarize
@@ -166,10 +168,14 @@ def test_squeue_rows_map_to_trials_through_offsets_and_ranges() -> None:
         ],
     )
     squeue = (
-        "10_0|RUNNING|None\n10_[1-4%2]|PENDING|JobArrayTaskLimit\n"
-        "11_3|COMPLETED|None\n12_1|FAILED|x\n99_1|RUNNING|None\n"
+        "10_0|RUNNING|None||\n10_[1-4%2]|PENDING|JobArrayTaskLimit||\n"
+        "11_3|COMPLETED|None||\n12_1|FAILED|x||\n99_1|RUNNING|None||\n"
     )
-    states = element_states(record, squeue, sacct="11_3|FAILED|None\n12_0|COMPLETED|None\n")
+    found = parse_squeue(squeue, {"10", "11", "12"})
+    accounting = parse_sacct("11_3|FAILED|0:0||\n12_0|COMPLETED|0:0||\n", {"11", "12"})
+    for job_id in incomplete_arrays(found, {"10": 5, "11": 5, "12": 2}):
+        found[job_id] = merge_accounting(found[job_id], accounting[job_id])
+    states = element_states(record, found)
     assert states[0] == Polled("RUNNING", "", True)
     assert states[4] == Polled("PENDING", "JobArrayTaskLimit", False)
     assert states[8].state == "COMPLETED"  # squeue wins over sacct
@@ -180,7 +186,8 @@ def test_squeue_rows_map_to_trials_through_offsets_and_ranges() -> None:
 def test_a_hostile_range_is_bounded_by_the_array_size() -> None:
     record = make_record(3, [sweep.ArrayChunk(offset=0, count=3, job_id="7")])
     start = time.perf_counter()
-    states = element_states(record, "7_[0-99999999999%4]|PENDING|None\n7_[2-1-3]|PENDING|None\n")
+    found = parse_squeue("7_[0-99999999999%4]|PENDING|None||\n7_[2-1-3]|PENDING|None||\n", {"7"})
+    states = element_states(record, found)
     assert set(states) == {0, 1, 2} and time.perf_counter() - start < 0.5
 
 
@@ -269,9 +276,9 @@ def test_early_stop_needs_evaluations_at_its_steps() -> None:
 
 
 def test_max_submit_jobs_refuses_a_sweep_that_would_go_over() -> None:
-    sweep.check_limits(10, sweep.Limits(max_array_size=1001))  # no accounting limit: anything goes
-    sweep.check_limits(10, sweep.Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+    sweep.check_limits(10, Limits(max_array_size=1001))  # no accounting limit: anything goes
+    sweep.check_limits(10, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match=r"11 trials would exceed this user's MaxSubmitJobs=12 \(2 jobs"):
-        sweep.check_limits(11, sweep.Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+        sweep.check_limits(11, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
         sweep.plan_chunks(3, 0)

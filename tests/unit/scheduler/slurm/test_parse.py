@@ -10,14 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctrain.errors import BackendError, SpecError
-from hpctrain.scheduler.base import JobState, slurm_state
-from hpctrain.scheduler.slurm.cli import (
-    SlurmCliBackend,
+from hpctrain.scheduler.base import JobState
+from hpctrain.scheduler.slurm.cli import SlurmCliBackend, timeout_s
+from hpctrain.scheduler.slurm.parse import (
     base_job_id,
+    max_array_size,
     parse_sacct,
     parse_sbatch,
     parse_squeue,
-    timeout_s,
+    slurm_state,
 )
 
 
@@ -169,3 +170,36 @@ def test_slurm_timeout_default_and_override(monkeypatch: pytest.MonkeyPatch) -> 
     assert timeout_s() == 20.0
     monkeypatch.setenv("HPCTRAIN_SLURM_TIMEOUT", " 2.5 ")
     assert timeout_s() == 2.5
+
+
+@pytest.mark.parametrize(
+    ("config", "size"), [({"MaxArraySize": "40"}, 40), ({}, 1001), ({"MaxArraySize": "many"}, 1001)]
+)
+def test_max_array_size_reads_scontrol_config_with_slurms_default(config: dict[str, str], size: int) -> None:
+    assert max_array_size(config) == size
+
+
+def test_an_array_with_a_failed_and_a_running_element_is_running() -> None:
+    text = "50_0|FAILED|NonZeroExitCode|node1|0:10\n50_1|RUNNING|None|node2|0:20\n"
+    found = parse_squeue(text, {"50"})
+    assert found["50"].state is JobState.RUNNING
+    assert found["50"].elements == {"0": JobState.FAILED, "1": JobState.RUNNING}
+    assert not found["50"].state.terminal
+
+
+def test_an_array_ends_when_every_element_has_and_shows_the_worst() -> None:
+    text = "51_0|COMPLETED|0:0|node1|0:10\n51_1|FAILED|1:0|node2|0:20\n51_2|COMPLETED|0:0|node1|0:05\n"
+    found = parse_sacct(text, {"51"})
+    assert found["51"].state is JobState.FAILED
+    assert found["51"].elements == {"0": JobState.COMPLETED, "1": JobState.FAILED, "2": JobState.COMPLETED}
+
+
+def test_pending_elements_keep_the_array_alive() -> None:
+    text = "52_0|COMPLETED|None|node1|0:10\n52_[1-3]|PENDING|Resources||0:00\n"
+    found = parse_squeue(text, {"52"})
+    assert found["52"].state is JobState.PENDING and found["52"].elements["[1-3]"] is JobState.PENDING
+
+
+def test_special_exit_is_a_held_requeue_not_a_failure() -> None:
+    state = slurm_state("SPECIAL_EXIT")
+    assert state is JobState.REQUEUED and not state.terminal

@@ -1,4 +1,5 @@
-"""Folding scheduler rows into one state per job: array elements, held requeues, preemption."""
+"""Folding scheduler rows into one state per job: array elements, hetjob components, preemption;
+and the Backend's shared pieces (array indices, accounting merged into a partial queue answer)."""
 
 from __future__ import annotations
 
@@ -15,33 +16,13 @@ from hpctrain.scheduler.base import (
     JobInfo,
     JobState,
     array_element,
+    element_indices,
     fold_elements,
+    incomplete_arrays,
+    merge_accounting,
     merge_component,
-    slurm_state,
 )
-from hpctrain.scheduler.slurm.cli import parse_sacct, parse_squeue
 from tests.unit.tracked_runs import home_env, track
-
-
-def test_an_array_with_a_failed_and_a_running_element_is_running() -> None:
-    text = "50_0|FAILED|NonZeroExitCode|node1|0:10\n50_1|RUNNING|None|node2|0:20\n"
-    found = parse_squeue(text, {"50"})
-    assert found["50"].state is JobState.RUNNING
-    assert found["50"].elements == {"0": JobState.FAILED, "1": JobState.RUNNING}
-    assert not found["50"].state.terminal
-
-
-def test_an_array_ends_when_every_element_has_and_shows_the_worst() -> None:
-    text = "51_0|COMPLETED|0:0|node1|0:10\n51_1|FAILED|1:0|node2|0:20\n51_2|COMPLETED|0:0|node1|0:05\n"
-    found = parse_sacct(text, {"51"})
-    assert found["51"].state is JobState.FAILED
-    assert found["51"].elements == {"0": JobState.COMPLETED, "1": JobState.FAILED, "2": JobState.COMPLETED}
-
-
-def test_pending_elements_keep_the_array_alive() -> None:
-    text = "52_0|COMPLETED|None|node1|0:10\n52_[1-3]|PENDING|Resources||0:00\n"
-    found = parse_squeue(text, {"52"})
-    assert found["52"].state is JobState.PENDING and found["52"].elements["[1-3]"] is JobState.PENDING
 
 
 def test_hetjob_components_still_fold_to_the_worst() -> None:
@@ -56,11 +37,6 @@ def test_hetjob_components_still_fold_to_the_worst() -> None:
 )
 def test_array_element(raw: str, element: str | None) -> None:
     assert array_element(raw) == element
-
-
-def test_special_exit_is_a_held_requeue_not_a_failure() -> None:
-    state = slurm_state("SPECIAL_EXIT")
-    assert state is JobState.REQUEUED and not state.terminal
 
 
 @given(st.lists(st.sampled_from(list(JobState)), min_size=1, max_size=12))
@@ -114,3 +90,38 @@ def test_refresh_settles_preempted_elements_of_a_run_without_requeue(
         run.state = JobState.RUNNING.value
         (status,) = refresh(index, [run])
         assert status.state == JobState.PREEMPTED.value and not ended(status.run)
+
+
+@pytest.mark.parametrize(
+    ("element", "count", "indices"),
+    [
+        ("4", 10, [4]),
+        ("12", 10, []),
+        ("[0-3%2]", 10, [0, 1, 2, 3]),
+        ("[1,3-4]", 4, [1, 3]),
+        ("[2-1-3]", 9, []),
+    ],
+)
+def test_element_indices_stay_within_the_array(element: str, count: int, indices: list[int]) -> None:
+    assert element_indices(element, count) == indices
+
+
+def test_an_array_the_queue_lists_in_part_is_completed_from_accounting() -> None:
+    queue: dict[str, JobInfo] = {}
+    merge_component(queue, JobInfo("9", JobState.RUNNING, reason=""), "9_2")
+    merge_component(queue, JobInfo("9", JobState.PENDING, reason="JobArrayTaskLimit"), "9_[3-4]")
+    assert incomplete_arrays(queue, {"9": 5}) == {"9"}
+    assert incomplete_arrays(queue, {"8": 5}) == set()  # not in the queue at all: plain accounting
+    accounting: dict[str, JobInfo] = {}
+    merge_component(accounting, JobInfo("9", JobState.FAILED), "9_0")
+    merge_component(accounting, JobInfo("9", JobState.COMPLETED), "9_1")
+    merge_component(accounting, JobInfo("9", JobState.PENDING), "9_2")  # older than the queue's answer
+    merged = merge_accounting(queue["9"], accounting["9"])
+    assert merged.elements == {
+        "0": JobState.FAILED, "1": JobState.COMPLETED, "2": JobState.RUNNING, "[3-4]": JobState.PENDING,
+    }  # fmt: skip
+    whole: dict[str, JobInfo] = {}
+    for element in range(3):
+        merge_component(whole, JobInfo("6", JobState.RUNNING), f"6_{element}")
+    assert incomplete_arrays(whole, {"6": 3}) == set()
+    assert merged.state is JobState.RUNNING and merged.element_reasons == {"[3-4]": "JobArrayTaskLimit"}
