@@ -1,7 +1,7 @@
 """Build hook: the wheel and sdist ship the checkout's templates/, site-configs/ and jobs/ inside the package.
 
 The folders stay at the top of the repository (the design); the mapping below installs them as
-hpctrain/templates, hpctrain/site_configs and hpctrain/example_jobs, which hpctrain.launch.resources loads.
+hpctrain/templates, hpctrain/site_configs and hpctrain/example_jobs, which hpctrain.spec.resources loads.
 """
 
 from setuptools import find_packages, setup

@@ -63,7 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def words(kind: str) -> list[str]:
     """Completion candidates: example job names, site names, or the job ids of tracked runs."""
     if kind == "jobs":
-        from hpctrain.launch.resources import example_jobs
+        from hpctrain.spec.resources import example_jobs
 
         return list(example_jobs())
     if kind == "sites":

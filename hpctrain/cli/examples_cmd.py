@@ -14,7 +14,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.launch.resources import example_jobs, job_file
+    from hpctrain.spec.resources import example_jobs, job_file
 
     examples = example_jobs()
     chosen = {args.name: job_file(args.name)} if args.name else examples

@@ -80,7 +80,7 @@ def submit(args: argparse.Namespace) -> int:
         metric=args.metric,
         mode=args.mode,
     )
-    from hpctrain.runs.index import home
+    from hpctrain.rundir import home
 
     root = home() / "runs" / record.sweep_id
     if args.json:

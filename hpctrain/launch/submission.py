@@ -14,11 +14,11 @@ import msgspec
 
 from hpctrain import spec
 from hpctrain.launch.entry_check import check_job
-from hpctrain.launch.render import slurm_directive_path
-from hpctrain.launch.resources import job_file
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import BackendError, JobState
+from hpctrain.scheduler.render import slurm_directive_path
 from hpctrain.site import lookup as sites
+from hpctrain.spec.resources import job_file
 
 if TYPE_CHECKING:
     # Imported where a run is recorded: `render` (a dry run) records nothing and starts faster.

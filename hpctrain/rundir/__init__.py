@@ -43,7 +43,7 @@ from hpctrain.rundir.lines import (
     RankTimesLine,
     TrainLine,
 )
-from hpctrain.rundir.run_dir import RunDir
+from hpctrain.rundir.run_dir import RunDir, home
 
 if TYPE_CHECKING:
     import msgspec
@@ -242,6 +242,7 @@ __all__ = [
     "file_struct_kinds",
     "file_structs",
     "head_and_tail",
+    "home",
     "list_names",
     "metric_line",
     "numbered",

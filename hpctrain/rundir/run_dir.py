@@ -43,6 +43,11 @@ if TYPE_CHECKING:
     import msgspec
 
 
+def home() -> Path:
+    """Where hpctrain keeps this user's runs and their index: $HPCTRAIN_HOME, else ~/.hpctrain."""
+    return Path(os.environ.get("HPCTRAIN_HOME") or Path.home() / ".hpctrain").expanduser().resolve()
+
+
 class _File:
     """A path of the run directory as an attribute: ``run.result`` is ``run.root / file_names.RESULT``."""
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import msgspec
 
 from hpctrain.errors import HpctrainError
-from hpctrain.rundir import Run, RunDir, names, replace_bytes, tail_bytes
+from hpctrain.rundir import Run, RunDir, home, names, replace_bytes, tail_bytes
 from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
 
@@ -25,11 +25,6 @@ KEEP_RECENT_S = 24 * 3600
 JOURNAL_LIMIT_BYTES = 1 << 20
 
 History = list[tuple[JobState, float, str]]
-
-
-def home() -> Path:
-    """Where hpctrain keeps this user's runs: $HPCTRAIN_HOME, else ~/.hpctrain."""
-    return Path(os.environ.get("HPCTRAIN_HOME") or Path.home() / ".hpctrain").expanduser().resolve()
 
 
 class _Journal(msgspec.Struct):

@@ -15,8 +15,8 @@ from hpctrain.errors import BackendError
 
 if TYPE_CHECKING:
     from hpctrain import spec
-    from hpctrain.launch.render import BatchOptions
     from hpctrain.rundir import RunDir
+    from hpctrain.scheduler.render import BatchOptions
 
 
 class JobState(str, enum.Enum):
@@ -206,8 +206,8 @@ class Backend(ABC):
         """Render the batch script for `run_dir` (to be written at `script`, by default the run's
         job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk."""
         # Imported here: jinja2 is paid only by the verbs that render.
-        from hpctrain.launch.render import batch_options, render
         from hpctrain.rundir import RunDir
+        from hpctrain.scheduler.render import batch_options, render
 
         text = render(resolved, run_dir, template=self._template, array_offset=array_offset)
         return BatchRequest(

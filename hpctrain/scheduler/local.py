@@ -15,11 +15,11 @@ from hpctrain.rundir import RunDir
 from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState
 
 if TYPE_CHECKING:
-    from hpctrain.launch.render import BatchOptions
+    from hpctrain.scheduler.render import BatchOptions
 
 
 def _jobs_dir() -> Path:
-    from hpctrain.runs.index import home
+    from hpctrain.rundir import home
 
     path = home() / "local-jobs"
     path.mkdir(parents=True, exist_ok=True)

@@ -13,8 +13,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpctrain import __version__
-from hpctrain.launch.render import shell_quote
 from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
+from hpctrain.scheduler.render import shell_quote
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from hpctrain.scheduler.slurm.facts import (
     ClusterFacts,
@@ -286,6 +286,6 @@ def healthy_nodes(findings: list[Finding], nodes: list[str]) -> list[str]:
 
 
 def doctor_home() -> Path:
-    from hpctrain.runs.index import home
+    from hpctrain.rundir import home
 
     return home() / "doctor" / time.strftime("%Y%m%d-%H%M%S") / str(os.getpid())

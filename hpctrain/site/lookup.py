@@ -7,7 +7,7 @@ from pathlib import Path
 
 import msgspec
 
-from hpctrain.launch.resources import data_folder
+from hpctrain.spec.resources import data_folder
 
 
 class SiteEntry(msgspec.Struct):

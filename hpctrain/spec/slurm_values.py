@@ -57,7 +57,7 @@ SlurmMemory = str | int
 RESERVED_ENV_PREFIXES = ("SLURM_", "HPCTRAIN_", "BASH", "SRUN_", "SBATCH_", "PMI_", "PMIX_")
 RESERVED_ENV = frozenset(
     {
-        # assigned by the templates (tests/unit/launch/test_render_injection.py checks the list against them)
+        # assigned by the templates (tests/unit/scheduler/test_render_injection.py checks the list)
         "RUN_DIR", "PYTHON", "MASTER_ADDR", "MASTER_PORT", "step_pid", "status",
         "bad_nodes", "excluded_nodes",
         # bash's special and read-only variables

@@ -43,8 +43,8 @@ def resolve_trials(
     job_path: str | Path, site: str, overrides: list[str], cli_grid: list[str], **options: Any
 ) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
     """Every trial's resolved spec; the first trial the site refuses stops everything, named."""
-    from hpctrain.launch.resources import job_file
     from hpctrain.site import lookup as sites
+    from hpctrain.spec.resources import job_file
 
     job = spec.load_job(job_file(job_path), overrides)
     site_profile = spec.load_site(sites.locate(site))
@@ -224,7 +224,7 @@ def trial_dir(root: Path, trial: int) -> rundir.RunDir:
 
 def trial_batch_log(root: Path, record: SweepRecord, trial: int) -> Path:
     """Slurm names an element's batch log by its index within its own array, plus that array's offset."""
-    from hpctrain.launch.render import batch_log_name
+    from hpctrain.scheduler.render import batch_log_name
 
     chunk = record.chunk_of(trial)
     pattern = batch_log_name(True, chunk.offset)

@@ -1,6 +1,6 @@
 """Test helper for the runtime: write a run dir, run its ranks locally or as a real sbatch job.
 
-Cluster jobs go through the product's sbatch template (``hpctrain.launch.render``), so the preemption
+Cluster jobs go through the product's sbatch template (``hpctrain.scheduler.render``), so the preemption
 trap, the requeue request and ``--kill-on-bad-exit`` are the ones users get. Also holds
 ``slow_digits``, a test entrypoint (digits with a short sleep per forward) that leaves time to
 signal or kill a rank mid-run; the runtime imports it as ``_runtime_job:slow_digits`` with this
@@ -127,7 +127,7 @@ def latest_step(run_dir: Path) -> int:
 def submit(run_dir: Path) -> str:
     """sbatch the run dir's job with the product's own template (trap, requeue, kill-on-bad-exit)."""
     from hpctrain import spec
-    from hpctrain.launch import render
+    from hpctrain.scheduler import render
 
     resolved = spec.loads((run_dir / "spec.json").read_bytes())
     path = run_dir / "job.sbatch"

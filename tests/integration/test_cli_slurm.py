@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain import spec
-from hpctrain.launch.render import render
+from hpctrain.scheduler.render import render
 from tests.conftest import JOBS, REPO, SITES, run_cli
 from tests.integration.cluster import require_cluster, run_dir, status, submit, wait_state
 

@@ -25,8 +25,8 @@ from hpctrain.scheduler.slurm.parse import last_line, max_array_size, parse_sacc
 if TYPE_CHECKING:
     import subprocess
 
-    from hpctrain.launch.render import BatchOptions
     from hpctrain.rundir import RunDir
+    from hpctrain.scheduler.render import BatchOptions
 
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds (HPCTRAIN_SLURM_TIMEOUT) is reported as unreachable.

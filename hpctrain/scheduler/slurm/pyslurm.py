@@ -27,8 +27,8 @@ from hpctrain.scheduler.slurm.parse import slurm_state
 from hpctrain.spec import memory_mb, time_minutes
 
 if TYPE_CHECKING:
-    from hpctrain.launch.render import BatchOptions
     from hpctrain.rundir import RunDir
+    from hpctrain.scheduler.render import BatchOptions
     from hpctrain.scheduler.slurm.nodes import HeldJob
 
 # pyslurm 23.2 introduced the object API this backend uses (JobSubmitDescription, Jobs.load,

@@ -97,7 +97,7 @@ def test_bash_completes_job_ids(tmp_path: Path, hpctrain_home: Path) -> None:
 
 
 def test_bash_script_is_shellcheck_clean(tmp_path: Path) -> None:
-    from tests.unit.launch.test_render import shellcheck
+    from tests.unit.scheduler.test_render import shellcheck
 
     shellcheck(run_cli("completion", "bash").stdout, tmp_path)
 

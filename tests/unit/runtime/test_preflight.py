@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 
 from hpctrain import spec
-from hpctrain.launch.render import render
 from hpctrain.runtime.preflight import (
     NodeFacts,
     busbw_gbps,
@@ -17,6 +16,7 @@ from hpctrain.runtime.preflight import (
     judge,
     parse_gpu_health,
 )
+from hpctrain.scheduler.render import render
 from tests.conftest import JOBS, SITES
 
 

@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from hpctrain import spec
 from hpctrain.errors import HpctrainError
-from hpctrain.launch.render import render
+from hpctrain.scheduler.render import render
 from tests.conftest import JOBS, SITES
 
 SAMPLE = 40

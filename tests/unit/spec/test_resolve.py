@@ -167,7 +167,7 @@ def test_a_recorded_spec_of_an_earlier_version_with_mm_ss_still_loads(tmp_path: 
 
 
 def test_an_int_time_renders_as_minutes(tmp_path: Path) -> None:
-    from hpctrain.launch.render import render
+    from hpctrain.scheduler.render import render
 
     job = spec.load_job(write(tmp_path, MINIMAL), ["resources.time=45", "resources.mem=2048"])
     script = render(spec.resolve(job, spec.load_site(LOCAL)), tmp_path / "run")

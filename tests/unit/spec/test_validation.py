@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain import spec
-from hpctrain.launch.render import render
+from hpctrain.scheduler.render import render
 from tests.conftest import JOBS, SITES, run_cli
 
 LOCAL = SITES / "local.yaml"

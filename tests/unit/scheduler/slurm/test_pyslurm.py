@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 
 from hpctrain import spec
-from hpctrain.launch.render import Directive, batch_options
 from hpctrain.scheduler.base import BackendError, JobState
+from hpctrain.scheduler.render import Directive, batch_options
 from hpctrain.scheduler.slurm import pyslurm as pb
 from tests.conftest import JOBS, SITES
 

@@ -13,10 +13,10 @@ import msgspec
 
 from hpctrain import __version__
 from hpctrain.errors import RenderError
-from hpctrain.launch.resources import data_folder
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.spec import Resolved
+from hpctrain.spec.resources import data_folder
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
 
 TEMPLATES = data_folder("templates")

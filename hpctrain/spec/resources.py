@@ -6,7 +6,7 @@ from pathlib import Path
 
 from hpctrain.errors import SpecError
 
-PACKAGE = Path(__file__).resolve().parents[1]  # hpctrain/launch/resources.py -> the hpctrain package
+PACKAGE = Path(__file__).resolve().parents[1]  # hpctrain/spec/resources.py -> the hpctrain package
 CHECKOUT = PACKAGE.parent
 # Package name of each data folder -> its folder at the top of the repository (see setup.py).
 FOLDERS = {"templates": "templates", "site_configs": "site-configs", "example_jobs": "jobs"}

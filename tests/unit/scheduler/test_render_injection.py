@@ -12,7 +12,7 @@ import pytest
 
 from hpctrain import spec
 from hpctrain.errors import BackendError
-from hpctrain.launch.render import TEMPLATES, batch_options, render
+from hpctrain.scheduler.render import TEMPLATES, batch_options, render
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from hpctrain.spec.slurm_values import env_name_problem
 from tests.conftest import JOBS, SITES

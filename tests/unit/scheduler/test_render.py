@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain import spec
-from hpctrain.launch.render import RenderError, render
+from hpctrain.scheduler.render import RenderError, render
 from tests.conftest import JOBS, SITES
 
 SHELLCHECK = shutil.which("shellcheck")
