@@ -102,7 +102,7 @@ def _row(job: str, name: str, state: str, prog: Progress, where: str = "", submi
         state,
         progress_text,
         number(loss),
-        f"{speed:.0f} {unit}" if speed else "-",
+        f"{number(speed, '.0f')} {unit}" if speed else "-",
         number(accuracy, ".3f"),
         printable(where)[:40],
         submitted,
