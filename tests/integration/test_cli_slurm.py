@@ -91,6 +91,10 @@ def test_cancel_running_job(hpctrain_home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     entry = wait_state(job_id, {"CANCELLED"}, timeout=60)
     assert entry["state"] == "CANCELLED"
+    shown = run_cli("status").stdout.splitlines()
+    row = next(line for line in shown if line.startswith(job_id))
+    assert row.split()[2:5] == ["CANCELLED", "(by", "you)"], shown
+    assert not [line for line in shown if f"job {job_id}" in line], shown  # no failure block per rank
 
 
 def test_concurrent_submits_are_all_recorded(hpctrain_home: Path) -> None:

@@ -25,6 +25,18 @@ def table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
+def clip(text: str, width: int) -> str:
+    """`text` in at most `width` characters: cut after the last whole word that fits, with `…`
+    (a word longer than half the width is cut inside)."""
+    if len(text) <= width:
+        return text
+    head = text[: width - 1]
+    space = head.rfind(" ")
+    if space >= width // 2:
+        head = head[:space]
+    return head.rstrip(" ,;:") + "…"
+
+
 def ago(timestamp: float) -> str:
     seconds = max(0, int(time.time() - timestamp))
     if seconds < 120:
