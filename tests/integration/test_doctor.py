@@ -42,10 +42,13 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     assert proc.returncode == 0, proc.stderr
     made, shipped = load_site(target), load_site(SITES / "local.yaml")
     # Every field the cluster can tell. Not told by Slurm: name, description, env, preemption.lead_time,
-    # and the cpu partition's gpus_per_node, which local.yaml sets to 0 by choice (its nodes have gpu:4).
+    # and the cpu partition's gpus_per_node, which local.yaml sets to 0 by choice (its nodes have gpu:4,
+    # and its TRES has gres/gpu=8): the profile's comments say so.
+    assert "Partitions debug and cpu share 2 GPU node(s)" in target.read_text()
     assert list(made.partitions) == list(shipped.partitions)
     for name, want in shipped.partitions.items():
         got = made.partitions[name]
+        assert got.node_names == want.node_names
         assert (got.nodes, got.cpus_per_node, got.default, got.gpu_type, got.max_nodes) == (
             want.nodes,
             want.cpus_per_node,
@@ -60,6 +63,13 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     assert made.heterogeneous_jobs == shipped.heterogeneous_jobs
     assert (made.preemption.signal, made.preemption.requeue) == (shipped.preemption.signal, True)
     assert "MaxArraySize 1001" in target.read_text()
+    # The command it prints finds the file it wrote; a second run keeps it unless --force.
+    printed = proc.stdout.split("then: ", 1)[1].split()
+    assert printed[:3] == ["hpctrain", "doctor", "--site"], proc.stdout
+    doctored = run_cli(*printed[1:], timeout=300)
+    assert doctored.returncode == 0 and "doctor: PASS (site generated)" in doctored.stdout, doctored.stdout
+    again = run_cli("init-site", "generated", "-o", str(target), "--no-probe", timeout=200)
+    assert again.returncode == 2 and f"not overwriting {target}" in again.stderr
 
     proc = run_cli(
         "submit",
