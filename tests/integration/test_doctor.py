@@ -84,6 +84,19 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + proc.stderr
 
 
+def test_a_job_submitted_without_sbin_on_path_sees_its_fake_gpus(hpctrain_home: Path) -> None:
+    """A normal user's PATH has no /usr/sbin: preflight must still find slurmd for the gres files."""
+    require_cluster()
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if "sbin" not in p)
+    env = {"PATH": path}
+    done = submit(JOBS / "digits-ddp.yaml", "train.steps=20", env=env)
+    entry = wait_state(done["job_id"], {"COMPLETED", "FAILED"}, timeout=300, env=env)
+    assert entry["state"] == "COMPLETED", entry
+    report = json.loads(RunDir(entry["run_dir"]).preflight_report.read_text())
+    first = [facts for facts in report["facts"] if facts["local_rank"] == 0]
+    assert [(f["gpus_asked"], f["gpus_seen"]) for f in first] == [(2, 4), (2, 4)], first
+
+
 def test_doctor_passes_on_the_shipped_profile(hpctrain_home: Path) -> None:
     require_cluster()
     code, report = doctor("--site", "local")
