@@ -124,6 +124,8 @@ class SlurmCliBackend(Backend):
             return {}
         found = self._squeue(wanted)
         missing = wanted - found.keys()
+        # Only sacct says who cancelled a job (`CANCELLED by UID`): status says "by you" from it.
+        missing |= {job for job, info in found.items() if info.state is JobState.CANCELLED}
         if missing:
             found.update(self._sacct(missing))
         for job_id in wanted - found.keys():
