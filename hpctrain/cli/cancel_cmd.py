@@ -17,6 +17,7 @@ def run(args: argparse.Namespace) -> int:
         return code
     from hpctrain.errors import HpctrainError
     from hpctrain.runs.index import Index
+    from hpctrain.runs.poll import CANCEL_REQUESTED
     from hpctrain.scheduler import select_backend
 
     index = Index()
@@ -27,7 +28,7 @@ def run(args: argparse.Namespace) -> int:
             by_backend[run_.backend].append(run_)
     for backend_name, group in by_backend.items():
         select_backend(backend_name).cancel([r.job_id for r in group])
-        index.update_states((r, r.state, "cancel requested") for r in group)
+        index.update_states((r, r.state, CANCEL_REQUESTED) for r in group)
         for run_ in group:
             print(f"Cancelled job {run_.job_id} ({run_.name})")
     if missing:

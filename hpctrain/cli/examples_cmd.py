@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from pathlib import Path
 
@@ -11,6 +10,9 @@ from pathlib import Path
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("name", nargs="?", help="Print this example's YAML (e.g. digits-ddp).")
     parser.add_argument("--copy", metavar="DIR", help="Copy the example(s) into DIR to edit them.")
+    parser.add_argument(
+        "--force", action="store_true", help="With --copy: overwrite files in DIR that you have edited."
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -19,11 +21,12 @@ def run(args: argparse.Namespace) -> int:
     examples = example_jobs()
     chosen = {args.name: job_file(args.name)} if args.name else examples
     if args.copy:
+        from hpctrain.cli.user_files import write_user_files
+
         target = Path(args.copy)
-        target.mkdir(parents=True, exist_ok=True)
-        for name, path in chosen.items():
-            shutil.copyfile(path, target / f"{name}.yaml")
-            print(target / f"{name}.yaml")
+        copies = {target / f"{name}.yaml": path.read_bytes() for name, path in chosen.items()}
+        for copy, written in write_user_files(copies, args.force).items():
+            print(copy if written else f"{copy} (unchanged)")
         return 0
     if args.name:
         sys.stdout.write(chosen[args.name].read_text(encoding="utf-8"))

@@ -15,7 +15,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--output",
         help="Where to write it: a file, or - for stdout (default: ~/.config/hpctrain/sites/).",
     )
-    parser.add_argument("--force", action="store_true", help="Overwrite an existing file.")
+    parser.add_argument(
+        "--force", action="store_true", help="Overwrite an existing file that differs from the new profile."
+    )
     parser.add_argument(
         "--no-probe", action="store_true", help="Skip the network probe job on a compute node."
     )
@@ -24,6 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
+    from hpctrain.cli.user_files import refuse_overwrite, write_user_files
     from hpctrain.errors import SpecError
     from hpctrain.scheduler.slurm.facts import ClusterFacts
     from hpctrain.site.builder import build_site, probe_or_none, render_yaml
@@ -32,8 +35,8 @@ def run(args: argparse.Namespace) -> int:
     if not re.match(spec.NAME, args.name):
         raise SpecError(f"init-site: {args.name!r} is not a site name (letters, digits, . _ -)")
     target = None if args.output == "-" else Path(args.output or user_folder() / f"{args.name}.yaml")
-    if target is not None and target.exists() and not args.force:
-        raise SpecError(f"{target} exists; pass --force to overwrite it")
+    if target is not None:  # before the cluster is read: the profile (and a probe job) would be lost
+        refuse_overwrite({target: None}, args.force)
     facts = ClusterFacts.read()
     probe, why = (None, "--no-probe") if args.no_probe else probe_or_none(facts, args.timeout)
     data, notes = build_site(args.name, facts, probe)
@@ -44,7 +47,22 @@ def run(args: argparse.Namespace) -> int:
     if target is None:
         sys.stdout.write(text)
         return 0
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
-    print(f"Wrote {target}; review it, then: hpctrain doctor --site {args.name}")
+    write_user_files({target: text.encode()}, force=True)  # refused above unless --force
+    print(f"Wrote {target}; review it, then: hpctrain doctor --site {site_argument(args.name, target)}")
     return 0
+
+
+def site_argument(name: str, written: Path) -> str:
+    """What `--site` must say to reach the profile just written: its name where the lookup finds
+    that file by it, else its path."""
+    import shlex
+
+    from hpctrain.errors import SpecError
+    from hpctrain.site.lookup import locate
+
+    try:
+        if locate(name).resolve() == written.resolve():
+            return name
+    except (SpecError, OSError):
+        pass
+    return shlex.quote(str(written))  # `--site` takes a path too

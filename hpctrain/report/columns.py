@@ -1,9 +1,9 @@
 """Fields of many metrics lines as numpy columns for drawing (imported only when a figure is drawn).
 
 A column is float64 with NaN wherever a line lacks the field or holds something no axis can show
-(infinity, an integer of hundreds of digits). Building one is a list comprehension and one numpy
-conversion: a 100,000-line run costs milliseconds per curve, where a Python loop per value would
-cost seconds.
+(infinity, an integer of hundreds of digits, a value beyond ±series.MAX_MAGNITUDE). Building one is
+a list comprehension and one numpy conversion: a 100,000-line run costs milliseconds per curve,
+where a Python loop per value would cost seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from hpctrain.report.series import finite
+from hpctrain.report.series import MAX_MAGNITUDE, finite
 
 # A curve of more points than this is thinned to the lowest and highest of each group of neighbours:
 # the PNG has fewer pixels than that anyway.
@@ -32,7 +32,13 @@ def column(lines: list[Any], name: str) -> np.ndarray:
         values = np.array([np.nan if (v := finite(x)) is None else v for x in raw], dtype=float)
     if values.ndim != 1:  # lists where numbers belong: not a column
         return np.full(len(lines), np.nan)
-    values[~np.isfinite(values)] = np.nan
+    return only_drawable(values)
+
+
+def only_drawable(values: np.ndarray) -> np.ndarray:
+    """`values` with NaN in place of infinities and anything beyond ±MAX_MAGNITUDE (in place)."""
+    with np.errstate(invalid="ignore"):
+        values[~(np.abs(values) <= MAX_MAGNITUDE)] = np.nan
     return values
 
 
@@ -119,8 +125,7 @@ def rank_table(lists: list[list[float]], width: int) -> np.ndarray:
         except (OverflowError, TypeError, ValueError):  # a value that is not a number
             table = None
         if table is not None:
-            table[~np.isfinite(table)] = np.nan
-            return table.T
+            return only_drawable(table).T
     table = np.full((len(lists), width), np.nan)
     for col, row in enumerate(lists):
         for rank, value in enumerate(row[:width]):

@@ -3,15 +3,15 @@
 `status` reads a run directory's head and tail; a report needs every line. The lines come from
 `rundir.whole_lines` (bounded chunks, at most the file's last 256 MiB, whole lines only, so a job
 still running is read as a snapshot) and are decoded with the contract's own structs, in batches:
-a line that does not decode is counted, never raised. Values a figure cannot draw (infinity, a
-huge integer) become NaN in `columns` (drawing) or None through `finite` (the summary).
+a line that does not decode is counted, never raised. Values a figure cannot draw (NaN, infinity,
+a huge integer, anything beyond ±MAX_MAGNITUDE) become NaN in `columns` (drawing) or None through
+`finite` (the summary).
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
-import math
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,17 +41,21 @@ _batch_decoder = msgspec.json.Decoder(list[MetricLine])
 MAX_WORKERS = 64
 # attempts.jsonl: a few lines per restart; more than this is a runaway writer.
 MAX_ATTEMPT_BYTES = 4 << 20
+# Values beyond this magnitude are not data: no loss, time or rate comes near it, and matplotlib's
+# tick locator fails on an axis that reaches 1e308 (its margins overflow to infinity).
+MAX_MAGNITUDE = 1e100
 
 
 def finite(value: object) -> float | None:
-    """`value` as a finite float, else None (bools, NaN, infinity and non-numbers are not data)."""
+    """`value` as a float within ±MAX_MAGNITUDE, else None (bools, NaN, infinity, out-of-range
+    values and non-numbers are not data)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return None
     try:
         number = float(value)
     except OverflowError:  # an integer of hundreds of digits
         return None
-    return number if math.isfinite(number) else None
+    return number if abs(number) <= MAX_MAGNITUDE else None
 
 
 @dataclass

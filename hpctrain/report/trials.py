@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 from hpctrain.report.columns import by_step
 from hpctrain.report.plotting import colormap, empty_panel, plain, save, sheet
-from hpctrain.report.series import RunSeries
+from hpctrain.report.series import RunSeries, finite
 
 if TYPE_CHECKING:
     from hpctrain.sweep.grid import Value
@@ -58,7 +58,7 @@ def trials_figure(
 
 def parameters_figure(sweep: SweepStatus, path: Path) -> Path:
     """One panel per swept parameter: every trial with a metric is a point, the best one is ringed."""
-    done = [t for t in sweep.trials if t.metric is not None]
+    done = [t for t in sweep.trials if finite(t.metric) is not None]
     params = list(sweep.trials[0].params) if sweep.trials else []
     panels = max(1, len(params))
     with sheet(4.2 * panels, 3.6, 1, panels) as drawing:
@@ -77,7 +77,7 @@ def parameters_figure(sweep: SweepStatus, path: Path) -> Path:
             else:
                 axis.set_xticks(range(len(labels)), [plain(label) for label in labels])
             axis.scatter([where(v) for v in values], [t.metric for t in done], color="tab:blue", alpha=0.8)
-            if sweep.best is not None:
+            if sweep.best is not None and sweep.best in done:
                 best = where(sweep.best.params[param])
                 axis.scatter([best], [sweep.best.metric], s=160, facecolors="none", edgecolors="tab:red")
             axis.set_xlabel(plain(param))
@@ -92,4 +92,6 @@ def parameters_figure(sweep: SweepStatus, path: Path) -> Path:
 
 
 def _numeric(values: list[Value]) -> bool:
-    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    """Whether every value can be placed on a numeric axis; otherwise each is a category (a value
+    beyond ±MAX_MAGNITUDE, NaN or infinity is then drawn as its own label)."""
+    return all(finite(v) is not None for v in values)

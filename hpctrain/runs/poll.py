@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import pwd
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,9 @@ FAILURE_STATES = (
     JobState.CANCELLED,
 )
 FAILURE_NAMES = frozenset(s.value for s in FAILURE_STATES)
+# The reason `hpctrain cancel` records until the poll sees the job end, and the one recorded then.
+CANCEL_REQUESTED = "cancel requested"
+CANCELLED_BY = "cancelled by "
 # Lines read back past the latest train line looking for the latest eval line.
 LOOK_BACK = 16
 # How a per-rank times line starts (msgspec writes the tag first).
@@ -106,9 +112,33 @@ def refresh(index: Index, runs: list[Run]) -> list[PolledRun]:
                 info = _from_run_dir(run, info)
             info = _settle_preempted(run, info)
             infos[run.run_id] = info
-            changes.append((run, info.state.value, info.reason))
+            reason = cancel_reason(index, run, info) if info.state is JobState.CANCELLED else ""
+            changes.append((run, info.state.value, reason or info.reason))
     index.update_states(changes)
     return [PolledRun(run, infos.get(run.run_id)) for run in runs]
+
+
+def cancel_reason(index: Index, run: Run, info: JobInfo) -> str:
+    """`cancelled by you` (or `by NAME`) for a cancelled job, recorded as its reason once: sacct's
+    `CANCELLED by UID`, else a cancel requested through hpctrain; empty when nobody is known."""
+    if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
+        return run.reason  # decided at an earlier poll
+    by_uid = re.fullmatch(r"CANCELLED by (\d+)", info.extra.get("slurm_state", "").strip())
+    if by_uid:
+        return CANCELLED_BY + user_name(int(by_uid[1]))
+    if any(reason == CANCEL_REQUESTED for _, _, reason in index.history(run.run_id)):
+        return CANCELLED_BY + "you"
+    return ""
+
+
+def user_name(uid: int) -> str:
+    """`you` for this user, else the account's name (its uid where the login node has no such user)."""
+    if uid == os.getuid():
+        return "you"
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
 
 
 def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:

@@ -20,6 +20,7 @@ from hpctrain.runs import health
 from hpctrain.runs.health import Health
 from hpctrain.runs.index import Index, Run
 from hpctrain.runs.poll import (
+    CANCELLED_BY,
     FAILURE_NAMES,
     PolledRun,
     Progress,
@@ -105,6 +106,9 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     health: Health | None = None
     """The watchdog's diagnosis and silent nodes, when there is any."""
     failed_ranks: FailedRanks | None = None
+    cancelled_by: str = ""
+    """Who cancelled it: `you` (through `hpctrain cancel`, or sacct's `CANCELLED by` your uid), another
+    user's name, or empty when it was not cancelled or nobody is known."""
 
 
 def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
@@ -192,6 +196,8 @@ def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:
         source=info.source if info else "cache",
         progress=progress,
     )
+    if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
+        status.cancelled_by = run.reason.removeprefix(CANCELLED_BY)
     if not brief or progress.result is None:
         status.elements = read_elements(root, info)
     if not brief or failing or status.elements or progress.unreadable:

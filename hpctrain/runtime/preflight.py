@@ -56,11 +56,33 @@ def gpus_asked(env: dict[str, str]) -> int:
     return len([i for i in ids.split(",") if i.strip()])
 
 
+# Where slurmd lives when it is not on PATH: a normal user's PATH leaves out the sbin folders.
+SBIN_FOLDERS = ("/usr/sbin", "/usr/local/sbin")
+
+
+def slurmd_binary() -> str | None:
+    """slurmd from PATH, else from the sbin folder beside srun's (a /opt/slurm prefix), else from
+    SBIN_FOLDERS; None when the node has none."""
+    found = shutil.which("slurmd")
+    if found:
+        return found
+    srun = shutil.which("srun")
+    folders = [str(Path(srun).resolve().parent.parent / "sbin")] if srun else []
+    for folder in [*folders, *SBIN_FOLDERS]:
+        candidate = os.path.join(folder, "slurmd")
+        if os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+            return candidate
+    return None
+
+
 def gres_files(node: str) -> list[str]:
     """The device files slurmd's gres.conf gives this node (fake GPUs are plain files there)."""
+    slurmd = slurmd_binary()
+    if slurmd is None:
+        return []
     try:
         proc = subprocess.run(
-            ["slurmd", "-G", "-N", node], capture_output=True, text=True, timeout=10, check=False
+            [slurmd, "-G", "-N", node], capture_output=True, text=True, timeout=10, check=False
         )
     except (OSError, subprocess.TimeoutExpired):
         return []

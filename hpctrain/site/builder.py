@@ -29,7 +29,8 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 def partition_profile(facts: ClusterFacts, name: str, gres_name: str) -> dict[str, Any]:
     """One partition: the smallest node decides what a job may ask per node."""
     record = facts.partitions[name]
-    nodes = [facts.nodes[n] for n in facts.partition_nodes(name) if n in facts.nodes]
+    names = [n for n in facts.partition_nodes(name) if n in facts.nodes]
+    nodes = [facts.nodes[n] for n in names]
     if not nodes:
         raise HpctrainError(f"partition {name}: scontrol lists none of its nodes")
     gres = [parse_gres(n.get("Gres", ""), gres_name) for n in nodes]
@@ -38,7 +39,7 @@ def partition_profile(facts: ClusterFacts, name: str, gres_name: str) -> dict[st
     if record.get("Default") == "YES":
         profile["default"] = True
     profile["nodes"] = len(nodes)
-    profile["gpus_per_node"] = min(count for count, _ in gres)
+    profile["gpus_per_node"] = min(min(count for count, _ in gres), partition_gpu_limit(record, gres_name))
     if len(types) == 1 and None not in types and profile["gpus_per_node"]:
         profile["gpu_type"] = types.pop()
     profile["cpus_per_node"] = min(int(n["CPUTot"]) if is_number(n.get("CPUTot", "")) else 1 for n in nodes)
@@ -48,7 +49,34 @@ def partition_profile(facts: ClusterFacts, name: str, gres_name: str) -> dict[st
     max_nodes = record.get("MaxNodes", "UNLIMITED")
     if is_number(max_nodes) and int(max_nodes) < len(nodes):
         profile["max_nodes"] = int(max_nodes)
+    # Jobs may then name only these nodes in resources.exclude / nodelist (a typo is refused at submit).
+    profile["node_names"] = names
     return profile
+
+
+def partition_gpu_limit(record: dict[str, str], gres_name: str) -> int:
+    """The most GPUs per node the partition itself allows: a partition whose TRES leaves out
+    `gres/NAME` gives its jobs none, whatever its nodes hold; no limit otherwise."""
+    tres = record.get("TRES", "")
+    if tres and f"gres/{gres_name}" not in {item.split("=")[0] for item in tres.split(",")}:
+        return 0
+    return 1 << 30
+
+
+def shared_gpu_nodes(partitions: dict[str, dict[str, Any]]) -> list[str]:
+    """Comment lines for partitions whose GPU nodes other partitions share: Slurm lets jobs of each
+    use the GPUs, so a partition meant for CPU jobs needs `gpus_per_node: 0` by hand."""
+    notes = []
+    gpu_partitions = [p for p, profile in partitions.items() if profile["gpus_per_node"]]
+    for index, first in enumerate(gpu_partitions):
+        for second in gpu_partitions[index + 1 :]:
+            shared = set(partitions[first]["node_names"]) & set(partitions[second]["node_names"])
+            if shared:
+                notes.append(
+                    f"Partitions {first} and {second} share {len(shared)} GPU node(s): if one is meant "
+                    "for CPU jobs, set its gpus_per_node to 0."
+                )
+    return notes
 
 
 def choose_mpi(facts: ClusterFacts) -> str:
@@ -122,6 +150,7 @@ def build_site(name: str, facts: ClusterFacts, probe: list[str] | None) -> tuple
     order = sorted(facts.partitions, key=lambda p: p != default)
     partitions = {p: partition_profile(facts, p, gres_name) for p in order if re.match(r"^[\w.\-]+$", p)}
     network, notes = network_profile(facts, probe)
+    notes += shared_gpu_nodes(partitions)
     data: dict[str, Any] = {
         "name": name,
         "description": f"Slurm cluster {facts.config.get('ClusterName', '?')}, read by hpctrain init-site.",

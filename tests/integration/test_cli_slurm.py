@@ -91,6 +91,20 @@ def test_cancel_running_job(hpctrain_home: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     entry = wait_state(job_id, {"CANCELLED"}, timeout=60)
     assert entry["state"] == "CANCELLED"
+    shown = run_cli("status").stdout.splitlines()
+    row = next(line for line in shown if line.startswith(job_id))
+    assert row.split()[2:5] == ["CANCELLED", "(by", "you)"], shown
+    assert not [line for line in shown if f"job {job_id}" in line], shown  # no failure block per rank
+
+
+def test_a_job_you_scancel_yourself_is_cancelled_by_you(hpctrain_home: Path) -> None:
+    """Not through hpctrain: only sacct's `CANCELLED by UID` says who, while squeue still lists it."""
+    done = submit(JOBS / "digits-ddp.yaml", "train.steps=100000", "train.checkpoint_every=0")
+    job_id = done["job_id"]
+    assert wait_state(job_id, {"RUNNING"}, timeout=120)["state"] == "RUNNING"
+    subprocess.run(["scancel", job_id], check=True)
+    entry = wait_state(job_id, {"CANCELLED"}, timeout=60)
+    assert entry["state"] == "CANCELLED" and entry.get("cancelled_by") == "you", entry
 
 
 def test_concurrent_submits_are_all_recorded(hpctrain_home: Path) -> None:

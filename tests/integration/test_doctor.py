@@ -42,10 +42,13 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     assert proc.returncode == 0, proc.stderr
     made, shipped = load_site(target), load_site(SITES / "local.yaml")
     # Every field the cluster can tell. Not told by Slurm: name, description, env, preemption.lead_time,
-    # and the cpu partition's gpus_per_node, which local.yaml sets to 0 by choice (its nodes have gpu:4).
+    # and the cpu partition's gpus_per_node, which local.yaml sets to 0 by choice (its nodes have gpu:4,
+    # and its TRES has gres/gpu=8): the profile's comments say so.
+    assert "Partitions debug and cpu share 2 GPU node(s)" in target.read_text()
     assert list(made.partitions) == list(shipped.partitions)
     for name, want in shipped.partitions.items():
         got = made.partitions[name]
+        assert got.node_names == want.node_names
         assert (got.nodes, got.cpus_per_node, got.default, got.gpu_type, got.max_nodes) == (
             want.nodes,
             want.cpus_per_node,
@@ -60,6 +63,13 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     assert made.heterogeneous_jobs == shipped.heterogeneous_jobs
     assert (made.preemption.signal, made.preemption.requeue) == (shipped.preemption.signal, True)
     assert "MaxArraySize 1001" in target.read_text()
+    # The command it prints finds the file it wrote; a second run keeps it unless --force.
+    printed = proc.stdout.split("then: ", 1)[1].split()
+    assert printed[:3] == ["hpctrain", "doctor", "--site"], proc.stdout
+    doctored = run_cli(*printed[1:], timeout=300)
+    assert doctored.returncode == 0 and "doctor: PASS (site generated)" in doctored.stdout, doctored.stdout
+    again = run_cli("init-site", "generated", "-o", str(target), "--no-probe", timeout=200)
+    assert again.returncode == 2 and f"not overwriting {target}" in again.stderr
 
     proc = run_cli(
         "submit",
@@ -72,6 +82,19 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
         timeout=400,
     )
     assert proc.returncode == 0 and "COMPLETED" in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_a_job_submitted_without_sbin_on_path_sees_its_fake_gpus(hpctrain_home: Path) -> None:
+    """A normal user's PATH has no /usr/sbin: preflight must still find slurmd for the gres files."""
+    require_cluster()
+    path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if "sbin" not in p)
+    env = {"PATH": path}
+    done = submit(JOBS / "digits-ddp.yaml", "train.steps=20", env=env)
+    entry = wait_state(done["job_id"], {"COMPLETED", "FAILED"}, timeout=300, env=env)
+    assert entry["state"] == "COMPLETED", entry
+    report = json.loads(RunDir(entry["run_dir"]).preflight_report.read_text())
+    first = [facts for facts in report["facts"] if facts["local_rank"] == 0]
+    assert [(f["gpus_asked"], f["gpus_seen"]) for f in first] == [(2, 4), (2, 4)], first
 
 
 def test_doctor_passes_on_the_shipped_profile(hpctrain_home: Path) -> None:

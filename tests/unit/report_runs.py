@@ -7,6 +7,7 @@ than the others from the middle on, a rank failure and a restart that resumes fr
 
 from __future__ import annotations
 
+import itertools
 import random
 from pathlib import Path
 
@@ -144,3 +145,37 @@ def write_worker(run: RunDir, worker: int, intervals: int, rng: random.Random) -
         for i in range(1, intervals + 1)
     ]
     run.worker_metrics(worker).write_bytes(b"".join(msgspec.json.encode(x) + b"\n" for x in lines))
+
+
+def json_number(value: float) -> str:
+    """`value` as JSON text the way a hostile writer could spell it: infinity as `1e999` (which
+    decodes to infinity), NaN as `null` (JSON has no NaN)."""
+    if value != value:
+        return "null"
+    if value in (float("inf"), float("-inf")):
+        return "1e999" if value > 0 else "-1e999"
+    return repr(value)
+
+
+def write_extreme_run(root: Path, values: list[float]) -> RunDir:
+    """A run whose every float field of every kind of line holds the next of `values` in turn (each
+    reused as often as needed): a report and a status must draw and print whatever a line holds."""
+    root.mkdir(parents=True, exist_ok=True)
+    run = RunDir(root)
+    pick = itertools.cycle([json_number(value) for value in values])
+    lines = [f'{{"kind":"event","event":"start","step":0,"time":{next(pick)}}}']
+    for step in range(10, 10 * (len(values) + 2), 10):
+        train = ("loss", "lr", "samples_per_s", "step_time_s", "tokens_per_s", "mfu", "data_share", "time")
+        fields = ",".join(f'"{name}":{next(pick)}' for name in train)
+        lines.append(f'{{"kind":"train","step":{step},"steps":1000,{fields}}}')
+        lines.append(
+            f'{{"kind":"eval","step":{step},"loss":{next(pick)},"accuracy":{next(pick)},"time":{next(pick)}}}'
+        )
+        lines.append(
+            f'{{"kind":"ranks","step":{step},"time":{next(pick)},"compute_s":[{next(pick)},{next(pick)}],'
+            f'"wait_s":[{next(pick)},{next(pick)}],"nodes":["n1","n2"]}}'
+        )
+        lines.append(f'{{"kind":"event","event":"checkpoint","step":{step},"time":{next(pick)}}}')
+    lines.append(f'{{"kind":"memory","rank":0,"peak_mem_mb":{next(pick)},"time":{next(pick)}}}')
+    run.metrics.write_text("\n".join(lines) + "\n")
+    return run

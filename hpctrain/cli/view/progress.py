@@ -13,9 +13,15 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TextIO
 
+from hpctrain.cli.view.table import number
+
 if TYPE_CHECKING:
     from hpctrain.runs.poll import Progress
     from hpctrain.runs.status import RunStatus
+
+
+# A step time (and an ETA) beyond a year is a broken metrics line, not a prediction.
+MAX_STEP_TIME_S = 365 * 86400.0
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ class JobProgress:
             total = f"/{self.steps} ({self.step / self.steps:.0%})" if self.steps else ""
             parts[0] += f" step {self.step}{total}"
         if self.rate:
-            parts.append(f"{self.rate:.3g} steps/s")
+            parts.append(f"{number(self.rate, '.3g')} steps/s")
         if self.eta_s is not None:
             parts.append(f"ETA {duration(self.eta_s)}")
         return ", ".join(parts)
@@ -56,8 +62,12 @@ def job_progress(label: str, state: str, progress: Progress) -> JobProgress:
     step = result.step if result else (train.step if train else None)
     steps = result.steps if result else (train.steps if train else None)
     step_time = train.step_time_s if train and not result else None
+    if step_time is not None and not 0 < step_time < MAX_STEP_TIME_S:  # NaN, negative or absurd: no rate
+        step_time = None
     rate = 1.0 / step_time if step_time else None
     eta = (steps - step) * step_time if step_time and steps and step is not None else None
+    if eta is not None and not 0 <= eta < MAX_STEP_TIME_S:  # beyond a year of steps: no ETA to show
+        eta = None
     return JobProgress(label, state, step, steps, rate, eta)
 
 

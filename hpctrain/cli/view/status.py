@@ -10,7 +10,7 @@ import sys
 import time
 from typing import TYPE_CHECKING
 
-from hpctrain.cli.view.table import ago, number, table
+from hpctrain.cli.view.table import ago, clip, number, table
 from hpctrain.errors import printable
 from hpctrain.runs.status import MIN_INTERVAL_S
 from hpctrain.scheduler.base import JobState
@@ -21,6 +21,15 @@ if TYPE_CHECKING:
     from hpctrain.runs.status import Element, FailedRanks, RunStatus
 
 HEADER = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
+# Widest NODES/REASON cell; `status --json` and record.json keep the whole reason.
+WHERE_WIDTH = 40
+# Ended states whose cause is the scheduler's, said in one line (a failure block per rank would only
+# repeat srun's word for it); FAILED gets the blocks, CANCELLED says who cancelled it in its row.
+ONE_LINE_STATES = {
+    "NODE_FAIL": "a node of the job failed",
+    "OUT_OF_MEMORY": "a task ran out of memory",
+    "TIMEOUT": "the time limit was reached",
+}
 
 
 def wait_for(
@@ -75,9 +84,10 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
 
 def summary_rows(status: RunStatus) -> list[list[str]]:
     """The job's row, then one row per array element."""
-    where = status.nodes or status.reason
+    where = status.nodes or ("" if status.cancelled_by else status.reason)
     job = str(status.job_id or "-")
-    rows = [_row(job, status.name, status.state, status.progress, where, ago(status.submitted_at))]
+    state = f"{status.state} (by {status.cancelled_by})" if status.cancelled_by else status.state
+    rows = [_row(job, status.name, state, status.progress, where, ago(status.submitted_at))]
     for element in status.elements:
         rows.append(_row(f"{job}_{element.index}", f"  [{element.index}]", element.state, element.progress))
     return rows
@@ -102,9 +112,9 @@ def _row(job: str, name: str, state: str, prog: Progress, where: str = "", submi
         state,
         progress_text,
         number(loss),
-        f"{speed:.0f} {unit}" if speed else "-",
+        f"{number(speed, '.0f')} {unit}" if speed else "-",
         number(accuracy, ".3f"),
-        printable(where)[:40],
+        clip(printable(where), WHERE_WIDTH),
         submitted,
     ]
 
@@ -183,6 +193,15 @@ def _show_run(label: str, run: RunStatus | Element, detail: bool) -> None:
 
 
 def _show_failed(label: str, state: str, failed: FailedRanks) -> None:
+    """A block per failed rank of a FAILED run, one line for a run the scheduler ended, none for a
+    cancelled one (its row says so)."""
+    if state in ONE_LINE_STATES:
+        first = (failed.named or failed.reported)[:1]
+        where = f": rank {first[0].rank} on {printable(first[0].node)}" if first else ""
+        print(f"  {label}: {state} ({ONE_LINE_STATES[state]}{where}); batch log: {failed.batch_log}")
+        return
+    if state != "FAILED":
+        return
     for rank in failed.named:
         print(f"  {label}: rank {rank.rank} on {printable(rank.node)} failed: {printable(rank.cause)}")
         for line in rank.log_tail:

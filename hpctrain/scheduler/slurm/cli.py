@@ -108,9 +108,11 @@ class SlurmCliBackend(Backend):
         found = self._squeue(wanted)
         partial = incomplete_arrays(found, array_sizes or {})
         missing = wanted - found.keys()
-        if missing or partial:
-            for job_id, info in self._sacct(missing | partial).items():
-                found[job_id] = merge_accounting(found[job_id], info) if job_id in found else info
+        # Only sacct says who cancelled a job (`CANCELLED by UID`): status says "by you" from it.
+        cancelled = {job for job, info in found.items() if info.state is JobState.CANCELLED}
+        if missing or partial or cancelled:
+            for job_id, info in self._sacct(missing | partial | cancelled).items():
+                found[job_id] = merge_accounting(found[job_id], info) if job_id in partial else info
         for job_id in wanted - found.keys():
             found[job_id] = JobInfo(job_id, JobState.UNKNOWN, reason="not in squeue; no accounting record")
         return found

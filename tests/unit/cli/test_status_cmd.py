@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from hpctrain.rundir import AttemptLine, FailureReport, Result, RunDir, WorkerStats, append_line, metric_line
+from hpctrain.scheduler.base import JobInfo, JobState
 from tests.conftest import run_cli
 from tests.unit.tracked_runs import Outcome, cli, home_env, track
 
@@ -84,7 +86,7 @@ def test_huge_task_range_is_summarised_not_expanded(home: Path) -> None:
 
 
 def test_a_thousand_dead_ranks_are_counted_not_all_printed(home: Path) -> None:
-    odd = track(home, "511", "NODE_FAIL")
+    odd = track(home, "511", "FAILED")
     odd.batch_log.write_text("srun: error: n1: tasks 0-999: Killed\n")
     outcome = status("511")
     assert outcome.stdout.count("failed: Killed") == 8
@@ -183,3 +185,75 @@ def test_a_few_real_processes_never_traceback(home: Path) -> None:
     for args in (["status"], ["status", "--json"], ["status", "510"], ["list"], ["logs", "510"]):
         proc = run_cli(*args, env={"HPCTRAIN_HOME": str(home)}, timeout=30)
         assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, (args, proc.stderr)
+
+
+class FakeSlurm:
+    """A backend whose poll answers with the given states (sacct's raw state text in `extra`)."""
+
+    def __init__(self, answers: dict[str, tuple[str, str]]) -> None:
+        self.answers = answers
+
+    def poll(self, job_ids: list[str]) -> dict[str, JobInfo]:
+        return {
+            job: JobInfo(job, JobState(state), extra={"slurm_state": raw}, source="sacct")
+            for job in job_ids
+            for state, raw in [self.answers[job]]
+        }
+
+
+def killed_ranks(run: RunDir) -> None:
+    """What srun writes when a job is cancelled under it: every rank Killed."""
+    run.batch_log.write_text("srun: error: n1: tasks 0-3: Killed\nsrun: error: n2: tasks 4-7: Killed\n")
+
+
+def test_a_job_you_cancelled_is_one_line_that_says_so(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from hpctrain.runs import poll
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.poll import CANCEL_REQUESTED
+
+    others = os.getuid() + 4242
+    answers = {
+        "600": ("CANCELLED", "CANCELLED"),  # squeue's word: no uid, but `hpctrain cancel` recorded it
+        "601": ("CANCELLED", f"CANCELLED by {os.getuid()}"),  # a scancel of your own
+        "602": ("CANCELLED", f"CANCELLED by {others}"),  # an admin's
+        "603": ("TIMEOUT", "TIMEOUT"),
+    }
+    monkeypatch.setattr(poll, "select_backend", lambda name: FakeSlurm(answers))
+    for job in answers:
+        killed_ranks(track(home, job, "RUNNING", backend="slurm", name=f"job{job}"))
+    index = Index(home)
+    index.update_states((run, run.state, CANCEL_REQUESTED) for run in index.runs() if run.job_id == "600")
+    for polled in (True, False):  # the first status polls; the second reads what the first recorded
+        lines = status().stdout.splitlines()
+        rows = {line.split()[0]: line for line in lines if line[:3].isdigit()}
+        assert "CANCELLED (by you)" in rows["600"] and "CANCELLED (by you)" in rows["601"], polled
+        assert f"CANCELLED (by uid {others})" in rows["602"]
+        assert "TIMEOUT" in rows["603"]
+        below = lines[len(answers) + 1 :]
+        assert below == [
+            "  job 603: TIMEOUT (the time limit was reached: rank 0 on n1); batch log: "
+            + str(next(r.run_dir for r in index.runs() if r.job_id == "603"))
+            + "/logs/batch.log"
+        ], lines
+    reported = {s["job_id"]: s for s in json.loads(status("--json").stdout)}
+    assert reported["600"]["cancelled_by"] == "you" and reported["602"]["cancelled_by"] == f"uid {others}"
+    assert len(reported["600"]["failed_tasks"]) == 8  # --json still has srun's word on every task
+
+
+def test_a_long_reason_is_cut_at_a_word_and_kept_whole_in_json_and_record(home: Path) -> None:
+    from hpctrain.runs.index import SUBMIT_FAILED, Index
+
+    reason = (
+        "sbatch failed: sbatch: error: Batch job submission failed: "
+        "Invalid account or account/partition combination specified"
+    )
+    run = track(home, "", SUBMIT_FAILED)
+    index = Index(home)
+    index.update_states((r, SUBMIT_FAILED, reason) for r in index.runs())
+    [row] = [
+        line for line in status().stdout.splitlines() if SUBMIT_FAILED in line and "not submitted" not in line
+    ]
+    cell = row[row.index("sbatch failed") :].rsplit("  ", 1)[0].strip()
+    assert cell.endswith("…") and reason.startswith(cell[:-1]) and reason[len(cell) - 1] == " ", cell
+    assert json.loads(status("--json").stdout)[0]["reason"] == reason
+    assert json.loads(run.record.read_text())["reason"] == reason

@@ -116,3 +116,39 @@ def test_dcgm_quick_diagnostic_failures_are_reported(tmp_path: Path, monkeypatch
     assert gpu_health() == []
     tool.write_text("#!/bin/sh\necho 'Error: unable to connect to host engine' >&2\nexit 1\n")
     assert gpu_health() == ["dcgmi failed: Error: unable to connect to host engine"]
+
+
+def fake_slurmd(folder: Path, node_file: Path) -> None:
+    """A slurmd whose `-G` prints one gres line with `node_file` as its device file."""
+    folder.mkdir(parents=True, exist_ok=True)
+    script = folder / "slurmd"
+    script.write_text(f"#!/bin/sh\necho 'slurmd: Gres Name=gpu Type=(null) Count=1 File={node_file}'\n")
+    script.chmod(0o755)
+
+
+@pytest.mark.parametrize("where", ["sbin beside srun", "/usr/sbin"])
+def test_fake_gpus_are_found_with_sbin_off_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """A normal user's PATH has no sbin folder: slurmd -G must still be found, or a demo job on
+    fake GPUs fails preflight with `2 GPUs allocated, 0 visible`."""
+    from hpctrain.runtime import preflight
+
+    device = tmp_path / "gpu0"
+    device.write_text("")
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "srun").write_text("#!/bin/sh\n")
+    (tmp_path / "bin" / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    if where == "/usr/sbin":
+        fake_slurmd(tmp_path / "usr-sbin", device)
+        monkeypatch.setattr(
+            preflight, "SBIN_FOLDERS", (str(tmp_path / "nowhere"), str(tmp_path / "usr-sbin"))
+        )
+    else:
+        fake_slurmd(tmp_path / "sbin", device)  # an /opt/slurm-style prefix: bin/srun, sbin/slurmd
+        monkeypatch.setattr(preflight, "SBIN_FOLDERS", ())
+    assert preflight.gres_files("node1") == [str(device)]
+    monkeypatch.setattr(preflight, "SBIN_FOLDERS", ())
+    (tmp_path / "bin" / "srun").unlink()
+    assert preflight.gres_files("node1") == []  # no slurmd anywhere: no files, no error
