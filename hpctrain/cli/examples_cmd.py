@@ -21,7 +21,7 @@ def run(args: argparse.Namespace) -> int:
     examples = example_jobs()
     chosen = {args.name: job_file(args.name)} if args.name else examples
     if args.copy:
-        from hpctrain.cli.user_files import write_user_files
+        from hpctrain.cli.view.user_files import write_user_files
 
         target = Path(args.copy)
         copies = {target / f"{name}.yaml": path.read_bytes() for name, path in chosen.items()}

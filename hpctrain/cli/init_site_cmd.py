@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
-    from hpctrain.cli.user_files import refuse_overwrite, write_user_files
+    from hpctrain.cli.view.user_files import refuse_overwrite, write_user_files
     from hpctrain.errors import SpecError
     from hpctrain.scheduler.slurm.facts import ClusterFacts
     from hpctrain.site.builder import build_site, probe_or_none, render_yaml

@@ -1,1 +1,1 @@
-"""How the verbs print: progress bars and other views of what the API returns."""
+"""What the verbs share: how they print, their common arguments, and the files they write for the user."""

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.cli.user_files import refuse_overwrite, write_user_files
+from hpctrain.cli.view.user_files import refuse_overwrite, write_user_files
 from hpctrain.errors import InputError
 from tests.unit.tracked_runs import cli
 
