@@ -45,7 +45,8 @@ class LocalBackend(Backend):
         try:
             proc = subprocess.Popen(
                 ["bash", "-c", wrapper, str(script), str(exit_file)],
-                cwd=run_dir,
+                # Where submit ran, as sbatch does: the ranks' `python -m` finds the user's modules there.
+                cwd=os.getcwd(),
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -65,3 +65,36 @@ def test_a_short_job_ends_in_the_state_its_exit_code_says(
     backend, job_id, _ = _submit(tmp_path, body)
     assert _wait_for_end(backend, job_id) is state
     assert backend.poll([job_id])[job_id].exit_code == code
+
+
+USER_MODULE = """
+from hpctrain.examples import digits
+
+
+def build(train):
+    return digits.build(train)
+"""
+
+
+@pytest.mark.usefixtures("hpctrain_home")
+def test_a_local_run_imports_the_users_module_from_the_submit_directory(tmp_path: Path) -> None:
+    """`--backend local` starts the ranks where `submit` ran, as sbatch does: a module beside the
+    spec, which the submit check finds there, must import in every rank too (it once failed there)."""
+    import json
+
+    from tests.conftest import run_cli
+
+    (tmp_path / "my_model.py").write_text(USER_MODULE)
+    (tmp_path / "job.yaml").write_text(
+        "name: mine\nresources: {nodes: 1, tasks_per_node: 2, mem: 1G}\n"
+        "train: {entrypoint: 'my_model:build', parallel: ddp, steps: 3, batch_size: 8, log_every: 1,\n"
+        "        eval_every: 0, checkpoint_every: 0}\nenv: {OMP_NUM_THREADS: 1}\n"
+    )
+    proc = run_cli(
+        "submit", "job.yaml", "--site", "local", "--backend", "local", "--wait", cwd=tmp_path, timeout=300
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    status = json.loads(run_cli("status", "--json", cwd=tmp_path).stdout)
+    assert [s["state"] for s in status] == ["COMPLETED"], status
+    log = (Path(status[0]["run_dir"]) / "logs" / "batch.log").read_text()
+    assert "ModuleNotFoundError" not in log
