@@ -226,7 +226,7 @@ def context(
         "world_size": resolved.world_size,
         "tasks_per_node": job.resources.ntasks_per_node,
         "run_dir": slurm_directive_path(run_dir),
-        "python": python or site.python or sys.executable,
+        "python": python or job.python or site.python or sys.executable,
         "env": _env_items(environment_vars),
         "setup": [*site.setup, *job.setup],
         "preemption": resolved.preemption,

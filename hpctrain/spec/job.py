@@ -34,6 +34,7 @@ from hpctrain.spec.slurm_values import (
     ArrayIndices,
     Comment,
     Dependency,
+    Line,
     MailUser,
     check,
     check_env,
@@ -361,7 +362,11 @@ class JobSpec(Base):
     env: dict[str, EnvValue] = {}
     """Environment variables for every task."""
     setup: list[ShellLine] = []
-    """Shell lines run before launch (module loads, venv activation); run as written."""
+    """Shell lines run before launch (module loads, exports); run as written. A venv activated here does
+    not change the job's Python: name its interpreter in `python`."""
+    python: Line | None = None
+    """The Python that runs hpctrain and every rank in the job (a venv's bin/python); default: the site's
+    `python`, else the one that ran `hpctrain submit`. The batch script checks that it imports hpctrain."""
     array: ArrayIndices | None = None
     """Job array indices, Slurm syntax (0-7%2)."""
     dependency: Dependency | None = None

@@ -144,3 +144,12 @@ def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
         )
         assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
     shellcheck(script, tmp_path)
+
+
+def test_the_jobs_python_wins_over_the_sites_and_the_submitting_one(tmp_path: Path) -> None:
+    job = spec.load_job(JOBS / "digits-ddp.yaml", ["python=/opt/venvs/train/bin/python"])
+    script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    assert (
+        "PYTHON=/opt/venvs/train/bin/python\n" in script or "PYTHON='/opt/venvs/train/bin/python'\n" in script
+    )
+    assert "cannot import hpctrain" in script
