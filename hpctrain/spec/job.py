@@ -241,10 +241,10 @@ class Train(Base):
     """torch.compile the model."""
     log_every: Count = 10
     """Steps between metrics lines."""
-    tensorboard: bool = True
+    tensorboard: bool | None = None
     """Rank 0 also writes TensorBoard event files into the run directory's tensorboard/ (one curve across
-    requeues; needs the tensorboard package).
-    """
+    requeues). Unset: when the tensorboard package is installed (the `observe` extra), silently not
+    otherwise; true: a warning when it is missing; false: never."""
     wandb: str | None = None
     """W&B project rank 0 also logs to: one W&B run per hpctrain run (id = run id), resumed after requeues and
     restarts (needs wandb; WANDB_MODE=offline works without a server).

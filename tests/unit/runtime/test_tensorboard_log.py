@@ -60,3 +60,7 @@ def test_without_the_package_one_warning_and_training_goes_on(
         assert open_log(tmp_path, 0, True, 0) is None
     (record,) = caplog.records
     assert "pip install tensorboard" in record.getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):  # left unset: on where installed, and no warning elsewhere
+        assert open_log(tmp_path, 0, None, 0) is None
+    assert not caplog.records

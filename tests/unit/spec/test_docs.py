@@ -79,7 +79,7 @@ def test_field_docs_give_each_default_and_mark_required_fields() -> None:
     assert defaults["name"] == defaults["train.entrypoint"] == "required"
     assert (defaults["train.steps"], defaults["train.batch_size"]) == ("100", "32")
     assert (defaults["resources.time"], defaults["resources.mem"]) == ("00:30:00", "unset")
-    assert (defaults["train.tensorboard"], defaults["train.options"]) == ("true", "{}")
+    assert (defaults["train.tensorboard"], defaults["train.options"]) == ("unset", "{}")
     assert defaults["restart.on"] == "[hang, rank_failure, node_failure]"
     assert defaults["resources"] == ""  # a section: its fields carry the defaults
     site = {row.name: row.default for row in spec.field_docs(spec.Site)}
