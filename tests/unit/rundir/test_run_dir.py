@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import os
 import re
 import time
@@ -32,6 +31,7 @@ from hpctrain.rundir import (
 )
 from hpctrain.rundir import names as rundir_names
 from hpctrain.scheduler.base import JobState
+from tests.unit.code_strings import code_strings
 
 
 @pytest.fixture
@@ -85,23 +85,12 @@ def spelled_run_directory_names(
 ) -> list[tuple[int, str]]:
     """(line, text) of each string of the code (not a docstring) that is a run-directory name:
     one of the contract's, one that starts with one of its families' prefixes, or one shaped like a file."""
-    tree = ast.parse(source)
-    docstrings = {
-        id(node.body[0].value)  # type: ignore[attr-defined]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-    }
-    found = []
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            text = node.value
-            if any(c.isspace() for c in text):
-                continue
-            if text in names or text.startswith(prefixes) or FILE_LIKE.match(text):
-                found.append((node.lineno, text))
-    return found
+    return [
+        (line, text)
+        for line, text in code_strings(source)
+        if not any(c.isspace() for c in text)
+        and (text in names or text.startswith(prefixes) or FILE_LIKE.match(text))
+    ]
 
 
 def contract_names() -> tuple[set[str], tuple[str, ...]]:

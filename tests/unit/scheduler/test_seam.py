@@ -3,13 +3,13 @@ srun and scontrol only), so every call goes through a backend or a function of t
 
 from __future__ import annotations
 
-import ast
 import re
 from pathlib import Path
 
 import pytest
 
 import hpctrain
+from tests.unit.code_strings import code_strings
 
 PACKAGE = Path(hpctrain.__file__).resolve().parent
 TEMPLATES = PACKAGE.parent / "templates"
@@ -22,22 +22,7 @@ SHELL_WORD = re.compile(rf"(?<![\w.-])({'|'.join(COMMANDS)})(?![\w.-])")
 
 def spelled_in_source(source: str) -> list[tuple[int, str]]:
     """(line, text) of each string of the code (not a docstring) that spells a Slurm command."""
-    tree = ast.parse(source)
-    docstrings = {
-        id(node.body[0].value)  # type: ignore[attr-defined]
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-    }
-    return [
-        (node.lineno, node.value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Constant)
-        and isinstance(node.value, str)
-        and id(node) not in docstrings
-        and ARGV.match(node.value)
-    ]
+    return [(line, text) for line, text in code_strings(source) if ARGV.match(text)]
 
 
 def spelled_in_template(text: str) -> list[tuple[int, str]]:
