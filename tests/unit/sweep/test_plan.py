@@ -118,14 +118,23 @@ def test_invalid_trial_exits_2_and_creates_nothing(hpctrain_home: Path) -> None:
     assert not (hpctrain_home / "runs").exists() or not any((hpctrain_home / "runs").iterdir())
 
 
-@given(st.integers(1, 5000), st.integers(1, 1200), st.one_of(st.none(), st.integers(1, 50)))
-def test_chunks_cover_every_trial_once_below_the_index_cap(
-    trials: int, cap: int, parallel: int | None
+@given(
+    st.lists(st.integers(1, 2000), min_size=1, max_size=4),
+    st.integers(1, 1200),
+    st.one_of(st.none(), st.integers(1, 50)),
+)
+def test_chunks_cover_every_trial_once_below_the_index_cap_and_inside_their_group(
+    groups: list[int], cap: int, parallel: int | None
 ) -> None:
-    chunks = sweep.plan_chunks(trials, cap, parallel)
+    chunks = sweep.plan_chunks(groups, cap, parallel)
     covered = [c.offset + i for c in chunks for i in range(c.count)]
-    assert covered == list(range(trials))
+    assert covered == list(range(sum(groups)))
     assert all(1 <= c.count <= cap for c in chunks)  # the highest index, count - 1, stays below the cap
+    starts = list(itertools.accumulate(groups, initial=0))
+    group_of = [g for g, size in enumerate(groups) for _ in range(size)]
+    for chunk in chunks:  # an array holds trials of one group only
+        assert group_of[chunk.offset] == group_of[chunk.offset + chunk.count - 1]
+    assert {c.offset for c in chunks} >= set(starts[:-1])
     if parallel is None:
         assert all(c.throttle is None and c.after is None for c in chunks)
         return
@@ -139,7 +148,7 @@ def test_chunks_cover_every_trial_once_below_the_index_cap(
 
 
 def test_twelve_trials_at_max_array_size_five() -> None:
-    chunks = sweep.plan_chunks(12, 5, 4)
+    chunks = sweep.plan_chunks([12], 5, 4)
     assert [(c.offset, c.array) for c in chunks] == [(0, "0-4%2"), (5, "0-4%1"), (10, "0-1%1")]
 
 
@@ -276,9 +285,11 @@ def test_early_stop_needs_evaluations_at_its_steps() -> None:
 
 
 def test_max_submit_jobs_refuses_a_sweep_that_would_go_over() -> None:
-    sweep.check_limits(10, Limits(max_array_size=1001))  # no accounting limit: anything goes
-    sweep.check_limits(10, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+    sweep.check_size(10, 10_000, Limits(max_array_size=1001))  # no accounting limit: anything goes
+    sweep.check_size(10, 10_000, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match=r"11 trials would exceed this user's MaxSubmitJobs=12 \(2 jobs"):
-        sweep.check_limits(11, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+        sweep.check_size(11, 10_000, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
-        sweep.plan_chunks(3, 0)
+        sweep.check_size(3, 10_000, Limits(max_array_size=0))
+    with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
+        sweep.plan_chunks([3], 0)
