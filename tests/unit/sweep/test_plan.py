@@ -19,6 +19,7 @@ from hpctrain.scheduler.slurm.parse import parse_sacct, parse_squeue
 from hpctrain.sweep import plan as sweep
 from hpctrain.sweep.status import Polled, element_states, rank, summarize
 from tests.conftest import JOBS, SITES, run_cli
+from tests.unit.scheduler.test_render import shellcheck
 
 
 def test_every_trial_is_validated_and_the_bad_one_is_named() -> None:
@@ -277,7 +278,7 @@ def directives(script: Path) -> list[str]:
 
 
 def test_env_and_memory_sweep_is_one_array_per_memory_with_each_trials_own_env(
-    recording: RecordingBackend,
+    recording: RecordingBackend, tmp_path: Path
 ) -> None:
     record = submit_grid("env.FOO=alpha,beta", "resources.mem=1G,2G")
     # Numbered group by group: the 1G trials first, in grid order within.
@@ -301,6 +302,21 @@ def test_env_and_memory_sweep_is_one_array_per_memory_with_each_trials_own_env(
         assert spec.loads(element.spec.read_bytes()).job.resources.mem == trial.params["resources.mem"]
     for script in recording.scripts:  # the swept variable is the element's own, never the script's
         assert "FOO=" not in script.read_text() and "trial-env.sh" in script.read_text()
+        shellcheck(script.read_text(), tmp_path)
+
+
+def test_a_swept_value_is_exported_literally(recording: RecordingBackend) -> None:
+    record = submit_grid("env.FOO=it's $(touch pwned) `x`,true")
+    root = recording.scripts[0].parent
+    values = []
+    for trial in record.trials:
+        path = rundir.RunDir(root).element(trial.index).trial_env
+        shown = subprocess.run(
+            ["bash", "-c", f'. "{path}"; printf %s "$FOO"'], capture_output=True, text=True
+        )
+        values.append(shown.stdout)
+    assert values == ["it's $(touch pwned) `x`", "1"]  # a boolean is 1 or 0, as in the script
+    assert not (root / "pwned").exists() and not Path("pwned").exists()
 
 
 def test_node_counts_go_out_as_one_array_each(recording: RecordingBackend) -> None:
