@@ -409,3 +409,20 @@ def test_a_repeated_grid_key_is_one_line_on_the_command_line(hpctrain_home: Path
         "hpctrain: error: --grid train.options.x is given twice; "
         "give its values once: --grid train.options.x=1,2"
     ]
+
+
+def test_no_script_is_made_from_the_training_section() -> None:
+    """group_by_script renders once for trials that differ only in train.*: that holds while no
+    template reads the job's training section (the runtime reads it from the element's spec.json)."""
+    _, _, (one, *_) = sweep.resolve_trials(
+        JOBS / "digits-sweep.yaml", str(SITES / "local.yaml"), ["sweep.grid={}"], ["train.lr=0.1"]
+    )
+    other_train = msgspec.structs.replace(
+        one.job.train, lr=0.5, steps=999, batch_size=7, seed=3, options={"x": 1}, eval_every=3, compile=True
+    )
+    other = msgspec.structs.replace(one, job=msgspec.structs.replace(one.job, train=other_train))
+    backend = RecordingBackend()
+    scripts = [
+        backend.prepare(sweep.array_spec(r, [], "0-1", None), Path("/RUN_DIR")).script for r in (one, other)
+    ]
+    assert scripts[0] == scripts[1]
