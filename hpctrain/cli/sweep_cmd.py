@@ -9,12 +9,16 @@ from typing import Any
 from hpctrain.cli.view.arguments import add_job_arguments
 from hpctrain.cli.view.table import print_json, table
 from hpctrain.errors import SpecError
+from hpctrain.spec.sweep import MAX_TRIALS
 
 ACTIONS = ("status", "cancel", "report")
 
 
 def _positive(text: str) -> int:
-    value = int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"{text} is not a positive integer")
     return value
@@ -38,6 +42,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-parallel", type=_positive, metavar="K", help="Trials running at once.")
     parser.add_argument("--metric", help="Result field that ranks trials (default eval_loss).")
     parser.add_argument("--mode", choices=("min", "max"), help="Lower or higher metric is better.")
+    parser.add_argument(
+        "--max-trials",
+        type=_positive,
+        metavar="N",
+        help=f"Refuse a sweep of more than N trials (default sweep.max_trials, {MAX_TRIALS}).",
+    )
     add_status_arguments(parser)
     parser.add_argument(
         "--out",
@@ -79,6 +89,7 @@ def submit(args: argparse.Namespace) -> int:
         max_parallel=args.max_parallel,
         metric=args.metric,
         mode=args.mode,
+        max_trials=args.max_trials,
     )
     from hpctrain.rundir import home
 

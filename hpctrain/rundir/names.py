@@ -6,6 +6,8 @@ that rendering a batch script, which needs only the names, does not import the s
 """
 
 SPEC = "spec.json"
+TRIAL_ENV = "trial-env.sh"
+"""A sweep element's own values of the swept env.* keys, which its batch script sources."""
 SCRIPT = "job.sbatch"
 SUBMIT = "submit.json"
 RECORD = "record.json"
@@ -104,6 +106,7 @@ def template_files() -> dict[str, str]:
     return {
         "logs": LOGS,
         "spec": SPEC,
+        "trial_env": TRIAL_ENV,
         "batch_log": BATCH_LOG,
         "array_batch_log": SLURM_ARRAY_BATCH_LOG,
         "rank_log": SLURM_RANK_LOG,

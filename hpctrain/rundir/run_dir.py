@@ -106,6 +106,7 @@ class RunDir:
 
     # -- paths ---------------------------------------------------------------------------------
     spec = _File(file_names.SPEC)
+    trial_env = _File(file_names.TRIAL_ENV)
     script = _File(file_names.SCRIPT)
     submit_info = _File(file_names.SUBMIT)
     record = _File(file_names.RECORD)

@@ -73,7 +73,9 @@ def slurm_directive_path(path: Path) -> str:
     return text
 
 
-def _env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
+def env_items(mapping: dict[str, Any]) -> list[tuple[str, str]]:
+    """(name, text) of each environment variable, as the script exports it (a boolean is 1 or 0)."""
+
     def text(value: Any) -> str:
         if isinstance(value, bool):
             return "1" if value else "0"
@@ -227,7 +229,7 @@ def context(
         "tasks_per_node": job.resources.ntasks_per_node,
         "run_dir": slurm_directive_path(run_dir),
         "python": python or job.python or site.python or sys.executable,
-        "env": _env_items(environment_vars),
+        "env": env_items(environment_vars),
         "setup": [*site.setup, *job.setup],
         "preemption": resolved.preemption,
         "signal": signal_name(resolved.preemption.signal),

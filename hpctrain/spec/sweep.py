@@ -9,6 +9,9 @@ from msgspec import Meta
 
 from hpctrain.spec.base import Base, Count, EnvValue
 
+MAX_TRIALS = 10_000
+"""The default of sweep.max_trials: a typo in a grid must not write a million trial folders."""
+
 
 class EarlyStop(Base):
     """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
@@ -36,3 +39,5 @@ class Sweep(Base):
     """Whether a lower or a higher metric is better."""
     early_stop: EarlyStop | None = None
     """End trials that fall behind (successive halving); unset = never."""
+    max_trials: Count = MAX_TRIALS
+    """A sweep of more trials is refused before anything is written: raise it knowingly."""

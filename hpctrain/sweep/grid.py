@@ -1,6 +1,6 @@
-"""A sweep's grid: its combinations, drawn at random or all, and the `--grid` option that adds to it.
+"""A sweep's grid: its size, its combinations (drawn at random or all), and the `--grid` options.
 
-Arithmetic on {dotted.key: [values]}, nothing of the cluster: ``sweep.py`` validates each
+Arithmetic on {dotted.key: [values]}, nothing of the cluster: ``plan.py`` validates each
 combination as a trial and submits them.
 """
 
@@ -16,6 +16,11 @@ from hpctrain.rundir.structs import SweepValue as Value
 
 def grid_size(grid: dict[str, list[Value]]) -> int:
     return math.prod(len(values) for values in grid.values())
+
+
+def trial_count(grid: dict[str, list[Value]], draw: int | None = None) -> int:
+    """How many trials `expand` would make, without making them: the product, or the draw."""
+    return grid_size(grid) if draw is None else draw
 
 
 def combination(grid: dict[str, list[Value]], number: int) -> dict[str, Value]:
@@ -35,11 +40,11 @@ def expand(grid: dict[str, list[Value]], draw: int | None = None, seed: int = 0)
     for key, values in grid.items():
         if not values:
             raise SpecError(f"sweep.grid.{key}: no values")
-        seen: list[Value] = []
+        seen: set[tuple[type, Value]] = set()  # by type too: 1, 1.0 and true are different values
         for value in values:
-            if any(type(value) is type(v) and value == v for v in seen):
+            if (type(value), value) in seen:
                 raise SpecError(f"sweep.grid.{key}: {value!r} is listed twice")
-            seen.append(value)
+            seen.add((type(value), value))
     total = grid_size(grid)
     if draw is None:
         numbers: range | list[int] = range(total)
@@ -58,6 +63,18 @@ def _draw(total: int, count: int, rng: random.Random) -> list[int]:
     while len(picked) < count:  # count is far below total here: a repeat is rare
         picked.add(rng.randrange(total))
     return list(picked)
+
+
+def parse_grid_options(texts: list[str]) -> dict[str, list[Value]]:
+    """Every `--grid` option; a key given twice is refused, since which of its lists to keep is a guess."""
+    grid: dict[str, list[Value]] = {}
+    for text in texts:
+        key, values = parse_grid_option(text)
+        if key in grid:
+            merged = ",".join(str(v) for v in dict.fromkeys([*grid[key], *values]))
+            raise SpecError(f"--grid {key} is given twice; give its values once: --grid {key}={merged}")
+        grid[key] = values
+    return grid
 
 
 def parse_grid_option(text: str) -> tuple[str, list[Value]]:

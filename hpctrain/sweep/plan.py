@@ -2,9 +2,11 @@
 
 A sweep is one run directory (the sweep's root) whose array elements are its trials: trial `i` runs
 in ``array-i/`` with its own resolved ``spec.json`` (written here, before anything is submitted),
-metrics, checkpoints and result. Above the cluster's MaxArraySize the trials go out as several
-arrays, each adding its index offset (the cap is on the index itself, so a later chunk cannot just
-use indices 1001-2000). ``sweep.json`` in the root records the trials and the arrays.
+metrics, checkpoints and result, and (for a grid over env.* keys) the ``trial-env.sh`` its script
+sources. Trials that need different batch scripts (resources.*, anything the script is made of) go
+out as separate arrays. Above the cluster's MaxArraySize the trials go out as several arrays, each
+adding its index offset (the cap is on the index itself, so a later chunk cannot just use indices
+1001-2000). ``sweep.json`` in the root records the trials and the arrays.
 """
 
 from __future__ import annotations
@@ -20,29 +22,36 @@ from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
 from hpctrain.runs.index import Index
-from hpctrain.sweep.grid import describe, expand, parse_grid_option
+from hpctrain.sweep.grid import describe, expand, parse_grid_options, trial_count
 
 if TYPE_CHECKING:
     from hpctrain.scheduler.base import Backend, Limits
 
 
 # ---------------------------------------------------------------------------------------------
-# Trials (the grid's expansion is in sweep_grid.py)
+# Trials (the grid's expansion is in grid.py)
 # ---------------------------------------------------------------------------------------------
 
 
 def settings(job: spec.JobSpec, grid: list[str], **given: Any) -> spec.Sweep:
-    """The job's `sweep:` section with the command line's --grid entries and options on top."""
+    """The job's `sweep:` section with the command line's --grid entries and options on top (a
+    command-line key replaces the same key of the spec's grid)."""
     data = msgspec.to_builtins(job.sweep or spec.Sweep())
-    data["grid"] = {**data["grid"], **dict(parse_grid_option(item) for item in grid)}
+    data["grid"] = {**data["grid"], **parse_grid_options(grid)}
     data.update({key: value for key, value in given.items() if value is not None})
     return spec.decode(spec.Sweep, data, "sweep")
 
 
 def resolve_trials(
-    job_path: str | Path, site: str, overrides: list[str], cli_grid: list[str], **options: Any
+    job_path: str | Path,
+    site: str,
+    overrides: list[str],
+    cli_grid: list[str],
+    limits: Limits | None = None,
+    **options: Any,
 ) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
-    """Every trial's resolved spec; the first trial the site refuses stops everything, named."""
+    """Every trial's resolved spec, in grid order; the first trial the site refuses stops everything,
+    named. The trials are counted, and checked against sweep.max_trials and `limits`, before any is made."""
     from hpctrain.site import lookup as sites
     from hpctrain.spec.resources import job_file
 
@@ -51,7 +60,11 @@ def resolve_trials(
     chosen = settings(job, cli_grid, **options)
     if job.array:
         raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
+    for key in chosen.grid:
+        if key.startswith("sweep."):
+            raise SpecError(f"sweep.grid.{key}: a sweep's own settings cannot be swept")
     _check_early_stop(chosen, job, str(job_path))
+    check_size(trial_count(chosen.grid, chosen.random), chosen.max_trials, limits)
     base = msgspec.to_builtins(job)
     base["sweep"] = msgspec.to_builtins(chosen)  # a trial's watcher reads early_stop from its own spec
     # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
@@ -80,6 +93,63 @@ def resolve_trials(
     return chosen, trials, resolved
 
 
+def check_size(count: int, max_trials: int, limits: Limits | None = None) -> None:
+    """Refuse a sweep too large for sweep.max_trials or for the cluster, from its count alone."""
+    if count > max_trials:
+        raise SpecError(
+            f"sweep: {count} trials, more than sweep.max_trials={max_trials}; narrow the grid, "
+            "draw some with --random N, or raise --max-trials"
+        )
+    if limits is None:
+        return
+    if limits.max_array_size < 1:
+        raise SpecError("this cluster has job arrays switched off (MaxArraySize=0); a sweep needs them")
+    if limits.max_submit_jobs is not None and limits.queued + count > limits.max_submit_jobs:
+        raise SpecError(
+            f"sweep: {count} trials would exceed this user's MaxSubmitJobs={limits.max_submit_jobs} "
+            f"({limits.queued} jobs already queued); sweep fewer (--random N) or wait"
+        )
+
+
+def swept_env(chosen: spec.Sweep) -> list[str]:
+    """The environment variables the grid sets per trial (its env.* keys)."""
+    return [key.split(".", 1)[1] for key in chosen.grid if key.startswith("env.")]
+
+
+def array_spec(
+    one: spec.Resolved, env_per_trial: list[str], array: str, dependency: str | None
+) -> spec.Resolved:
+    """The spec an array's script is rendered from: one of its trials', as an array, without the
+    environment that each element exports for itself (trial-env.sh)."""
+    env = {key: value for key, value in one.job.env.items() if key not in env_per_trial}
+    job = msgspec.structs.replace(one.job, env=env, array=array, dependency=dependency)
+    return msgspec.structs.replace(one, job=job)
+
+
+def group_by_script(
+    resolved: list[spec.Resolved], env_per_trial: list[str], backend: Backend
+) -> list[list[int]]:
+    """Trial numbers grouped by the batch script they need: trials that differ in resources.* (or
+    anything else the script is made of) cannot share an array. The training section and the swept
+    environment never split a group: each element reads those from its own folder."""
+    if not resolved:
+        return []
+    train = resolved[0].job.train
+    script_of: dict[bytes, str] = {}
+    groups: dict[str, list[int]] = {}
+    for number, one in enumerate(resolved):
+        shaped = array_spec(one, env_per_trial, "0-1", one.job.dependency)
+        # The render is the slow part: trials that differ only in their training section (the usual
+        # sweep) share one, since the script is not made from it.
+        key = msgspec.json.encode(
+            msgspec.structs.replace(shaped, job=msgspec.structs.replace(shaped.job, train=train))
+        )
+        if key not in script_of:
+            script_of[key] = backend.prepare(shaped, Path("/RUN_DIR")).script
+        groups.setdefault(script_of[key], []).append(number)
+    return list(groups.values())
+
+
 def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> None:
     from hpctrain.rundir.lines import EVAL_FIELDS
 
@@ -102,14 +172,19 @@ def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> Non
 # ---------------------------------------------------------------------------------------------
 
 
-def plan_chunks(trials: int, max_array_size: int, max_parallel: int | None = None) -> list[ArrayChunk]:
-    """Arrays of at most MaxArraySize indices; --max-parallel K is split into lanes of chained chunks."""
+def plan_chunks(groups: list[int], max_array_size: int, max_parallel: int | None = None) -> list[ArrayChunk]:
+    """Arrays of at most MaxArraySize indices, none spanning two groups (trials that need different
+    scripts, numbered one group after the other); --max-parallel K is split into lanes of chained chunks."""
     if max_array_size < 1:
         raise SpecError("this cluster has job arrays switched off (MaxArraySize=0); a sweep needs them")
-    chunks = [
-        ArrayChunk(offset=start, count=min(max_array_size, trials - start))
-        for start in range(0, trials, max_array_size)
-    ]
+    chunks: list[ArrayChunk] = []
+    first = 0
+    for size in groups:
+        chunks += [
+            ArrayChunk(offset=first + start, count=min(max_array_size, size - start))
+            for start in range(0, size, max_array_size)
+        ]
+        first += size
     if max_parallel:
         lanes = min(max_parallel, len(chunks))
         for position, chunk in enumerate(chunks):
@@ -117,14 +192,6 @@ def plan_chunks(trials: int, max_array_size: int, max_parallel: int | None = Non
             chunk.throttle = max_parallel // lanes + (1 if lane < max_parallel % lanes else 0)
             chunk.after = position - lanes if position >= lanes else None
     return chunks
-
-
-def check_limits(trials: int, limits: Limits) -> None:
-    if limits.max_submit_jobs is not None and limits.queued + trials > limits.max_submit_jobs:
-        raise SpecError(
-            f"sweep: {trials} trials would exceed this user's MaxSubmitJobs={limits.max_submit_jobs} "
-            f"({limits.queued} jobs already queued); sweep fewer (--random N) or wait"
-        )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -148,9 +215,14 @@ def submit(
 
     backend = select_backend(backend_name)
     limits = backend.limits()  # first: a backend without job arrays refuses before any work
-    chosen, trials, resolved = resolve_trials(job_path, site, overrides or [], grid or [], **options)
-    check_limits(len(trials), limits)
-    chunks = plan_chunks(len(trials), limits.max_array_size, chosen.max_parallel)
+    chosen, trials, resolved = resolve_trials(job_path, site, overrides or [], grid or [], limits, **options)
+    env_per_trial = swept_env(chosen)
+    groups = group_by_script(resolved, env_per_trial, backend)
+    # Each array holds consecutive trials: the trials are numbered group by group (grid order within).
+    order = [number for group in groups for number in group]
+    trials = [Trial(new, trials[old].params) for new, old in enumerate(order)]
+    resolved = [resolved[old] for old in order]
+    chunks = plan_chunks([len(group) for group in groups], limits.max_array_size, chosen.max_parallel)
     record = SweepRecord(
         sweep_id="",
         name=resolved[0].job.name,
@@ -167,13 +239,17 @@ def submit(
 
     def write(run: rundir.RunDir) -> rundir.RunDir:
         for trial, trial_spec in zip(trials, resolved, strict=True):
-            _write_trial_spec(str(run.element(trial.index).spec), spec.dumps(trial_spec))
+            element = run.element(trial.index)
+            os.mkdir(element.root)  # the batch script makes the element's logs/ itself
+            _write_new(element.spec, spec.dumps(trial_spec))
+            if env_per_trial:
+                _write_new(element.trial_env, _exports(trial_spec.job.env, env_per_trial))
         record.sweep_id = run.root.name
         rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
         return run
 
     def schedule(run: rundir.RunDir) -> dict[str, str]:
-        _submit_chunks(record, resolved[0], run, backend)
+        _submit_chunks(record, resolved, env_per_trial, run, backend)
         rundir.write_json(run.sweep, record)
         return {("" if c.offset == 0 else f"+{c.offset}"): c.job_id or "" for c in chunks}
 
@@ -187,10 +263,8 @@ def submit(
     return record
 
 
-def _write_trial_spec(path: str, data: bytes) -> None:
-    """The element's folder and its spec.json, with bare system calls: a sweep pays this once per trial.
-    The batch script makes the element's logs/ itself."""
-    os.mkdir(os.path.dirname(path))
+def _write_new(path: Path, data: bytes) -> None:
+    """A new file, with bare system calls: a sweep pays this once or twice per trial."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
     try:
         os.write(fd, data)
@@ -198,16 +272,31 @@ def _write_trial_spec(path: str, data: bytes) -> None:
         os.close(fd)
 
 
-def _submit_chunks(record: SweepRecord, first: spec.Resolved, run: rundir.RunDir, backend: Backend) -> None:
-    """One sbatch per chunk; if one is refused, the chunks already queued are cancelled."""
+def _exports(env: dict[str, Any], keys: list[str]) -> bytes:
+    """trial-env.sh: the trial's values of the swept variables, quoted as the batch script quotes its own."""
+    from hpctrain.scheduler.render import env_items, shell_quote
+
+    items = env_items({key: env[key] for key in keys})
+    return "".join(f"export {key}={shell_quote(value)}\n" for key, value in items).encode()
+
+
+def _submit_chunks(
+    record: SweepRecord,
+    resolved: list[spec.Resolved],
+    env_per_trial: list[str],
+    run: rundir.RunDir,
+    backend: Backend,
+) -> None:
+    """One sbatch per chunk, each rendered from its own trials' spec; if one is refused, the chunks
+    already queued are cancelled."""
     try:
         for chunk in record.arrays:
+            first = resolved[chunk.offset]
             dependency = first.job.dependency
             if chunk.after is not None:
                 wait = f"afterany:{record.arrays[chunk.after].job_id}"
                 dependency = f"{wait},{dependency}" if dependency else wait
-            job = msgspec.structs.replace(first.job, array=chunk.array, dependency=dependency)
-            chunk_spec = msgspec.structs.replace(first, job=job)
+            chunk_spec = array_spec(first, env_per_trial, chunk.array, dependency)
             request = backend.prepare(chunk_spec, run.root, run.chunk_script(chunk.offset), chunk.offset)
             request.path.write_text(request.script)
             chunk.job_id = backend.schedule(request)

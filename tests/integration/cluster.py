@@ -70,6 +70,23 @@ def make_eligible(job_id: str) -> None:
     )
 
 
+def sacct_elements(job_id: str, field: str, timeout: float = 60) -> dict[str, str]:
+    """`field` of each element of array `job_id` as accounting holds it ({"123_0": "1G", ...}),
+    waiting until accounting lists every element that the queue no longer does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        proc = subprocess.run(
+            ["sacct", "-n", "-X", "--parsable2", "-j", job_id, "-o", f"JobID,{field}"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        rows = dict(line.split("|", 1) for line in proc.stdout.splitlines() if "|" in line)
+        if (rows and not any("[" in key for key in rows)) or time.monotonic() > deadline:
+            return rows
+        time.sleep(1)
+
+
 def run_dir(entry: dict[str, Any]) -> Path:
     return Path(entry["run_dir"])
 
@@ -79,6 +96,7 @@ __all__ = [
     "make_eligible",
     "require_cluster",
     "run_dir",
+    "sacct_elements",
     "scontrol_job",
     "status",
     "submit",

@@ -1,4 +1,5 @@
-"""Sweeps on the real local Slurm cluster: 12 trials in one array, chunks above MaxArraySize, preemption."""
+"""Sweeps on the real local Slurm cluster: 12 trials in one array, chunks above MaxArraySize, one array
+per resource set with each trial's own environment, preemption."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ import pytest
 
 from hpctrain import rundir
 from tests.conftest import JOBS, REPO, run_cli
-from tests.integration.cluster import make_eligible, require_cluster, scontrol_job
+from tests.integration.cluster import make_eligible, require_cluster, sacct_elements, scontrol_job
 
 pytestmark = pytest.mark.cluster
 
@@ -114,6 +115,63 @@ def test_twelve_trial_grid_completes_four_at_a_time(hpctrain_home: Path) -> None
     report = run_cli("sweep", "report", submitted["sweep_id"], "--out", str(hpctrain_home / "r.png"))
     assert report.returncode == 0, report.stderr
     assert (hpctrain_home / "r.png").read_bytes()[:4] == b"\x89PNG"
+
+
+PROBE = """
+import os
+
+
+def env_probe(train):
+    print(f"probe FOO={os.environ.get('FOO')} MEM={os.environ.get('SLURM_MEM_PER_NODE')}", flush=True)
+    from hpctrain.examples import digits
+
+    return digits.build(train)
+"""
+
+
+def test_each_trial_runs_with_its_own_environment_and_memory(hpctrain_home: Path, tmp_path: Path) -> None:
+    (tmp_path / "sweep_probe.py").write_text(PROBE)
+    submitted = sweep(
+        str(JOBS / "digits-sweep.yaml"),
+        "--site",
+        "local",
+        *QUICK,
+        "--set",
+        "sweep.grid={}",
+        "--set",
+        "train.entrypoint=sweep_probe:env_probe",
+        "--set",
+        f"env.PYTHONPATH={tmp_path}",
+        "--grid",
+        "env.FOO=alpha,beta",
+        "--grid",
+        "resources.mem=1G,2G",
+        "--metric",
+        "final_loss",
+    )
+    # One array per memory size; each trial exports its own FOO.
+    arrays = submitted["arrays"]
+    assert [(a["offset"], a["count"]) for a in arrays] == [(0, 2), (2, 2)], arrays
+    summary = wait_done(submitted["sweep_id"])
+    assert summary["counts"] == {"COMPLETED": 4}, summary["trials"]
+    root = Path(submitted["run_dir"])
+    requested = {
+        **sacct_elements(arrays[0]["job_id"], "ReqMem"),
+        **sacct_elements(arrays[1]["job_id"], "ReqMem"),
+    }
+    for trial in summary["trials"]:
+        foo, mem = trial["params"]["env.FOO"], trial["params"]["resources.mem"]
+        megabytes = int(mem.rstrip("G")) * 1024
+        rank_log = (root / f"array-{trial['index']}" / "logs" / "rank-0.log").read_text()
+        assert f"probe FOO={foo} MEM={megabytes}" in rank_log, (trial, rank_log[-2000:])
+        assert requested[trial["job_id"]] in (mem, f"{megabytes}M"), (trial, requested)
+        assert trial["metric"] is not None
+    # status and report take the sweep whole, across both arrays.
+    table = run_cli("sweep", "status", submitted["sweep_id"], "--trials")
+    assert table.returncode == 0, table.stderr
+    assert all(f"{a['job_id']}_" in table.stdout for a in arrays), table.stdout
+    report = run_cli("sweep", "report", submitted["sweep_id"], "--out", str(hpctrain_home / "r.png"))
+    assert report.returncode == 0, report.stderr
 
 
 @contextlib.contextmanager

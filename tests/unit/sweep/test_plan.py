@@ -3,79 +3,23 @@
 from __future__ import annotations
 
 import itertools
+import math
+import subprocess
 import time
 from pathlib import Path
 
 import msgspec
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctrain import rundir, spec
-from hpctrain.scheduler.base import Limits, incomplete_arrays, merge_accounting
+from hpctrain.scheduler.base import Backend, JobInfo, Limits, incomplete_arrays, merge_accounting
 from hpctrain.scheduler.slurm.parse import parse_sacct, parse_squeue
-from hpctrain.sweep import grid as sweep_grid
 from hpctrain.sweep import plan as sweep
 from hpctrain.sweep.status import Polled, element_states, rank, summarize
 from tests.conftest import JOBS, SITES, run_cli
-
-KEYS = st.lists(st.sampled_from(["train.lr", "train.seed", "train.steps", "train.batch_size"]), unique=True)
-GRIDS = KEYS.flatmap(
-    lambda keys: st.fixed_dictionaries(
-        {k: st.lists(st.integers(0, 10**6), min_size=1, max_size=5, unique=True) for k in keys}
-    )
-).filter(bool)
-
-
-@given(GRIDS)
-def test_grid_expands_to_every_combination_once(grid: dict[str, list[int]]) -> None:
-    trials = sweep_grid.expand(grid)
-    as_tuples = [tuple(t[k] for k in grid) for t in trials]
-    assert as_tuples == list(itertools.product(*grid.values()))
-    assert len(set(as_tuples)) == len(trials) == sweep_grid.grid_size(grid)
-
-
-@given(GRIDS, st.data(), st.integers(0, 2**32))
-def test_random_draw_is_distinct_deterministic_and_inside_the_grid(
-    grid: dict[str, list[int]], data: st.DataObject, seed: int
-) -> None:
-    total = sweep_grid.grid_size(grid)
-    draw = data.draw(st.integers(1, total))
-    trials = sweep_grid.expand(grid, draw, seed)
-    as_tuples = [tuple(t[k] for k in grid) for t in trials]
-    assert len(trials) == draw == len(set(as_tuples))
-    assert set(as_tuples) <= set(itertools.product(*grid.values()))
-    assert sweep_grid.expand(grid, draw, seed) == trials
-
-
-def test_random_draw_from_a_huge_grid_does_not_enumerate_it() -> None:
-    grid = {f"train.options.k{i}": list(range(100)) for i in range(12)}  # 10**24 combinations
-    start = time.perf_counter()
-    trials = sweep_grid.expand(grid, 50, seed=3)
-    assert len({tuple(t.values()) for t in trials}) == 50
-    assert time.perf_counter() - start < 1.0
-
-
-@pytest.mark.parametrize(
-    ("grid", "draw", "message"),
-    [
-        ({}, None, "nothing to sweep"),
-        ({"train.lr": []}, None, "sweep.grid.train.lr: no values"),
-        ({"train.lr": [0.1, 0.1]}, None, "0.1 is listed twice"),
-        ({"train.lr": [0.1, 0.2]}, 3, "3 trials asked, the grid has only 2"),
-    ],
-)
-def test_bad_grids_are_refused(grid: dict[str, list[float]], draw: int | None, message: str) -> None:
-    with pytest.raises(spec.SpecError, match=message):
-        sweep_grid.expand(grid, draw)
-
-
-def test_grid_option_values_parse_like_set_values() -> None:
-    assert sweep_grid.parse_grid_option("train.lr=1e-3,3e-3,0.01") == ("train.lr", [0.001, 0.003, 0.01])
-    assert sweep_grid.parse_grid_option("train.parallel=ddp,fsdp") == ("train.parallel", ["ddp", "fsdp"])
-    assert sweep_grid.parse_grid_option("train.compile=true,false") == ("train.compile", [True, False])
-    with pytest.raises(spec.SpecError, match=r"expected dotted\.key=VALUE1"):
-        sweep_grid.parse_grid_option("train.lr")
+from tests.unit.scheduler.test_render import shellcheck
 
 
 def test_every_trial_is_validated_and_the_bad_one_is_named() -> None:
@@ -118,14 +62,23 @@ def test_invalid_trial_exits_2_and_creates_nothing(hpctrain_home: Path) -> None:
     assert not (hpctrain_home / "runs").exists() or not any((hpctrain_home / "runs").iterdir())
 
 
-@given(st.integers(1, 5000), st.integers(1, 1200), st.one_of(st.none(), st.integers(1, 50)))
-def test_chunks_cover_every_trial_once_below_the_index_cap(
-    trials: int, cap: int, parallel: int | None
+@given(
+    st.lists(st.integers(1, 2000), min_size=1, max_size=4),
+    st.integers(1, 1200),
+    st.one_of(st.none(), st.integers(1, 50)),
+)
+def test_chunks_cover_every_trial_once_below_the_index_cap_and_inside_their_group(
+    groups: list[int], cap: int, parallel: int | None
 ) -> None:
-    chunks = sweep.plan_chunks(trials, cap, parallel)
+    chunks = sweep.plan_chunks(groups, cap, parallel)
     covered = [c.offset + i for c in chunks for i in range(c.count)]
-    assert covered == list(range(trials))
+    assert covered == list(range(sum(groups)))
     assert all(1 <= c.count <= cap for c in chunks)  # the highest index, count - 1, stays below the cap
+    starts = list(itertools.accumulate(groups, initial=0))
+    group_of = [g for g, size in enumerate(groups) for _ in range(size)]
+    for chunk in chunks:  # an array holds trials of one group only
+        assert group_of[chunk.offset] == group_of[chunk.offset + chunk.count - 1]
+    assert {c.offset for c in chunks} >= set(starts[:-1])
     if parallel is None:
         assert all(c.throttle is None and c.after is None for c in chunks)
         return
@@ -139,7 +92,7 @@ def test_chunks_cover_every_trial_once_below_the_index_cap(
 
 
 def test_twelve_trials_at_max_array_size_five() -> None:
-    chunks = sweep.plan_chunks(12, 5, 4)
+    chunks = sweep.plan_chunks([12], 5, 4)
     assert [(c.offset, c.array) for c in chunks] == [(0, "0-4%2"), (5, "0-4%1"), (10, "0-1%1")]
 
 
@@ -276,9 +229,200 @@ def test_early_stop_needs_evaluations_at_its_steps() -> None:
 
 
 def test_max_submit_jobs_refuses_a_sweep_that_would_go_over() -> None:
-    sweep.check_limits(10, Limits(max_array_size=1001))  # no accounting limit: anything goes
-    sweep.check_limits(10, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+    sweep.check_size(10, 10_000, Limits(max_array_size=1001))  # no accounting limit: anything goes
+    sweep.check_size(10, 10_000, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match=r"11 trials would exceed this user's MaxSubmitJobs=12 \(2 jobs"):
-        sweep.check_limits(11, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
+        sweep.check_size(11, 10_000, Limits(max_array_size=1001, max_submit_jobs=12, queued=2))
     with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
-        sweep.plan_chunks(3, 0)
+        sweep.check_size(3, 10_000, Limits(max_array_size=0))
+    with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
+        sweep.plan_chunks([3], 0)
+
+
+class RecordingBackend(Backend):
+    """The Slurm backend's rendering, with sbatch replaced by a list of the scripts it was given."""
+
+    name = "recording"
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.scripts: list[Path] = []
+        self._limits = limits or Limits(max_array_size=1001)
+
+    def limits(self) -> Limits:
+        return self._limits
+
+    def submit(self, script: Path, run_dir: Path, batch: object = None) -> str:
+        self.scripts.append(script)
+        return str(100 + len(self.scripts))
+
+    def poll(self, job_ids: object, array_sizes: object = None) -> dict[str, JobInfo]:
+        return {}
+
+    def cancel(self, job_ids: object) -> None:
+        raise AssertionError("nothing to cancel")
+
+
+@pytest.fixture
+def recording(monkeypatch: pytest.MonkeyPatch, hpctrain_home: Path) -> RecordingBackend:
+    backend = RecordingBackend()
+    monkeypatch.setattr("hpctrain.scheduler.select_backend", lambda name=None: backend)
+    return backend
+
+
+def submit_grid(*grid: str, overrides: tuple[str, ...] = ("sweep.grid={}",)) -> sweep.SweepRecord:
+    return sweep.submit(JOBS / "digits-sweep.yaml", str(SITES / "local.yaml"), list(overrides), list(grid))
+
+
+def directives(script: Path) -> list[str]:
+    return [line for line in script.read_text().splitlines() if line.startswith("#SBATCH")]
+
+
+def test_env_and_memory_sweep_is_one_array_per_memory_with_each_trials_own_env(
+    recording: RecordingBackend, tmp_path: Path
+) -> None:
+    record = submit_grid("env.FOO=alpha,beta", "resources.mem=1G,2G")
+    # Numbered group by group: the 1G trials first, in grid order within.
+    assert [t.params for t in record.trials] == [
+        {"env.FOO": "alpha", "resources.mem": "1G"},
+        {"env.FOO": "beta", "resources.mem": "1G"},
+        {"env.FOO": "alpha", "resources.mem": "2G"},
+        {"env.FOO": "beta", "resources.mem": "2G"},
+    ]
+    assert [(c.offset, c.count, c.job_id) for c in record.arrays] == [(0, 2, "101"), (2, 2, "102")]
+    first, second = recording.scripts
+    assert first.name == "job.sbatch" and second.name == "job+2.sbatch"
+    assert "#SBATCH --mem=1024M" in directives(first) and "#SBATCH --mem=2048M" in directives(second)
+    root = first.parent
+    for trial in record.trials:
+        element = rundir.RunDir(root).element(trial.index)
+        exported = subprocess.run(
+            ["bash", "-c", f'. "{element.trial_env}"; printf %s "$FOO"'], capture_output=True, text=True
+        )
+        assert exported.stdout == trial.params["env.FOO"]
+        assert spec.loads(element.spec.read_bytes()).job.resources.mem == trial.params["resources.mem"]
+    for script in recording.scripts:  # the swept variable is the element's own, never the script's
+        assert "FOO=" not in script.read_text() and "trial-env.sh" in script.read_text()
+        shellcheck(script.read_text(), tmp_path)
+
+
+def test_a_swept_value_is_exported_literally(recording: RecordingBackend) -> None:
+    record = submit_grid("env.FOO=it's $(touch pwned) `x`,true")
+    root = recording.scripts[0].parent
+    values = []
+    for trial in record.trials:
+        path = rundir.RunDir(root).element(trial.index).trial_env
+        shown = subprocess.run(
+            ["bash", "-c", f'. "{path}"; printf %s "$FOO"'], capture_output=True, text=True
+        )
+        values.append(shown.stdout)
+    assert values == ["it's $(touch pwned) `x`", "1"]  # a boolean is 1 or 0, as in the script
+    assert not (root / "pwned").exists() and not Path("pwned").exists()
+
+
+def test_node_counts_go_out_as_one_array_each(recording: RecordingBackend) -> None:
+    record = submit_grid("resources.nodes=1,2", "train.lr=0.1,0.2")
+    assert [(c.offset, c.count) for c in record.arrays] == [(0, 2), (2, 2)]
+    assert [next(d for d in directives(s) if "--nodes" in d) for s in recording.scripts] == [
+        "#SBATCH --nodes=1",
+        "#SBATCH --nodes=2",
+    ]
+    assert not (recording.scripts[0].parent / "array-0" / "trial-env.sh").exists()  # no env.* swept
+
+
+def test_trials_that_differ_in_training_only_share_one_array(recording: RecordingBackend) -> None:
+    record = submit_grid(
+        "train.lr=0.1,0.2", "train.steps=5,7", "train.options.hidden=8,16", "train.parallel=ddp,fsdp"
+    )
+    assert len(record.trials) == 16 and [(c.offset, c.count) for c in record.arrays] == [(0, 16)]
+    assert [t.index for t in record.trials] == list(range(16))
+    assert record.trials[1].params["train.parallel"] == "fsdp"  # grid order kept: one group
+
+
+def test_a_sweep_over_its_own_settings_is_refused() -> None:
+    with pytest.raises(spec.SpecError, match=r"sweep\.grid\.sweep\.metric: a sweep's own settings"):
+        sweep.resolve_trials(JOBS / "digits-sweep.yaml", str(SITES / "local.yaml"), [], ["sweep.metric=a,b"])
+
+
+def test_a_million_point_grid_is_refused_at_once_writing_nothing(
+    recording: RecordingBackend, hpctrain_home: Path
+) -> None:
+    grid = [f"train.options.k{i}={','.join(str(v) for v in range(10))}" for i in range(6)]
+    start = time.perf_counter()
+    with pytest.raises(spec.SpecError, match=r"^sweep: 1000000 trials, more than sweep\.max_trials=10000;"):
+        submit_grid(*grid)
+    assert time.perf_counter() - start < 0.5
+    assert not (hpctrain_home / "runs").exists() or not any((hpctrain_home / "runs").iterdir())
+    assert recording.scripts == []
+
+
+def test_the_cluster_limit_is_checked_before_any_trial_is_made(recording: RecordingBackend) -> None:
+    recording._limits = Limits(max_array_size=1001, max_submit_jobs=50, queued=45)
+    with pytest.raises(spec.SpecError, match="6 trials would exceed this user's MaxSubmitJobs=50"):
+        submit_grid("train.lr=1,2,3", "train.seed=1,2")
+    recording._limits = Limits(max_array_size=0)
+    with pytest.raises(spec.SpecError, match="MaxArraySize=0"):
+        submit_grid("train.lr=1,2,3")
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.integers(1, 30), min_size=1, max_size=6), st.integers(1, 20_000))
+def test_a_grid_is_refused_before_expansion_exactly_when_it_counts_more_than_max_trials(
+    lengths: list[int], max_trials: int
+) -> None:
+    grid = [f"train.options.k{i}={','.join(str(v) for v in range(n))}" for i, n in enumerate(lengths)]
+    count = math.prod(lengths)
+    if count <= max_trials:
+        sweep.check_size(count, max_trials)
+        return
+    start = time.perf_counter()
+    with pytest.raises(
+        spec.SpecError, match=f"^sweep: {count} trials, more than sweep.max_trials={max_trials};"
+    ):
+        sweep.resolve_trials(
+            JOBS / "digits-sweep.yaml",
+            str(SITES / "local.yaml"),
+            ["sweep.grid={}"],
+            grid,
+            max_trials=max_trials,
+        )
+    assert time.perf_counter() - start < 0.5  # counted, not expanded
+
+
+def test_max_trials_is_a_sweep_setting_and_an_option(hpctrain_home: Path) -> None:
+    args = ["sweep", str(JOBS / "digits-sweep.yaml"), "--site", "local", "--grid", "train.seed=1,2,3"]
+    proc = run_cli(*args, "--max-trials", "20")  # 12 x 3 = 36 trials
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines() == [
+        "hpctrain: error: sweep: 36 trials, more than sweep.max_trials=20; narrow the grid, "
+        "draw some with --random N, or raise --max-trials"
+    ], proc.stderr
+    proc = run_cli(*args, "--set", "sweep.max_trials=30")
+    assert proc.returncode == 2 and "more than sweep.max_trials=30" in proc.stderr
+
+
+def test_a_repeated_grid_key_is_one_line_on_the_command_line(hpctrain_home: Path) -> None:
+    proc = run_cli(
+        "sweep", str(JOBS / "digits-sweep.yaml"), "--site", "local",
+        "--grid", "train.options.x=1", "--grid", "train.options.x=2",
+    )  # fmt: skip
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "hpctrain: error: --grid train.options.x is given twice; "
+        "give its values once: --grid train.options.x=1,2"
+    ]
+
+
+def test_no_script_is_made_from_the_training_section() -> None:
+    """group_by_script renders once for trials that differ only in train.*: that holds while no
+    template reads the job's training section (the runtime reads it from the element's spec.json)."""
+    _, _, (one, *_) = sweep.resolve_trials(
+        JOBS / "digits-sweep.yaml", str(SITES / "local.yaml"), ["sweep.grid={}"], ["train.lr=0.1"]
+    )
+    other_train = msgspec.structs.replace(
+        one.job.train, lr=0.5, steps=999, batch_size=7, seed=3, options={"x": 1}, eval_every=3, compile=True
+    )
+    other = msgspec.structs.replace(one, job=msgspec.structs.replace(one.job, train=other_train))
+    backend = RecordingBackend()
+    scripts = [
+        backend.prepare(sweep.array_spec(r, [], "0-1", None), Path("/RUN_DIR")).script for r in (one, other)
+    ]
+    assert scripts[0] == scripts[1]
