@@ -5,7 +5,6 @@ from __future__ import annotations
 import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,8 +79,7 @@ class Limits(msgspec.Struct):
     """Jobs (array elements each) this user has queued now; counted only when max_submit_jobs is set."""
 
 
-@dataclass(frozen=True)
-class BatchRequest:
+class BatchRequest(msgspec.Struct, frozen=True):
     """A backend's dry run: the script it rendered for a run directory, and where it goes."""
 
     script: str

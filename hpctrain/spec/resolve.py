@@ -92,13 +92,14 @@ def _override_value(raw: str, key: str, literal: bool) -> Any:
 
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
     """`data` as a `kind` struct; every problem is a one-line SpecError naming the file and the field."""
-    from hpctrain.spec import messages
     from hpctrain.spec import yaml_reader as spec_yaml
 
     spec_yaml.check_values(data, (), origin)
     try:
         return msgspec.convert(data, kind, strict=False)
     except msgspec.ValidationError as err:
+        from hpctrain.spec import messages  # difflib and the error walk: only for bad input
+
         path, problem = messages.describe(kind, data, str(err))
         where = f" {path}:" if path else ""
         raise SpecError(f"{origin}:{where} {problem}") from None
