@@ -3,14 +3,26 @@
 Runs each case as local processes with torchrun-style env (one per GPU, or ``--gpus N``) and prints
 step time, tokens/s and MFU from the run dirs' result.json / metrics.jsonl. For a machine with a GPU:
     python benchmarks/bench_gpu_gpt.py --out /tmp/bench-gpu [--gpus 1] [--size small] [--compile]
+
+``--restart`` measures instead what a restart of the compiled 944M GPT (bench_gpu.py's model) costs
+on one GPU: three attempts of one run directory, the first and third with an empty compile cache,
+the second with the cache the first left in the run directory; for each, the seconds from its
+start to its first step, and the seconds its checkpoints blocked training (the first save of the
+first attempt included, whose staging buffers were allocated in the background after step 1):
+    python benchmarks/bench_gpu_gpt.py --restart [--out /tmp/bench-gpu]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
+import shutil
+import statistics
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests" / "integration"))
@@ -39,6 +51,70 @@ def case(out: Path, name: str, gpus: int, train: dict) -> dict:
     }
 
 
+RESTART_ATTEMPTS = (("cold", 40), ("warm", 50), ("cold again", 60))  # (cache, train.steps)
+CHECKPOINT_EVERY = 20
+RESERVED = re.compile(r"staging buffers of ([\d.]+) GB allocated in the background in ([\d.]+) s")
+
+
+def restart(out: Path) -> list[dict[str, Any]]:
+    """Three attempts of the compiled 944M GPT in one run directory (see the module's doc)."""
+    import _runtime_job as job
+    from bench_gpu import BATCH, MODEL
+
+    from hpctrain.rundir.names import COMPILE_CACHE
+
+    run = out / "restart"
+    shutil.rmtree(run, ignore_errors=True)
+    rows = []
+    for cache, steps in RESTART_ATTEMPTS:
+        if cache != "warm":
+            shutil.rmtree(run / COMPILE_CACHE, ignore_errors=True)
+        train = {
+            "entrypoint": "hpctrain.examples.gpt:build",
+            "options": MODEL,
+            "steps": steps,
+            "batch_size": BATCH,
+            "lr": 3e-4,
+            "precision": "bf16",
+            "compile": True,
+            "log_every": 1,
+            "checkpoint_every": CHECKPOINT_EVERY,
+            "keep_checkpoints": 1,
+            "tensorboard": False,
+        }
+        job.write_run_dir(run, train, resources_gpus=1)
+        seen = len(job.metrics(run))
+        log = run / "logs" / "rank-0.log"
+        log_seen = len(log.read_text()) if log.exists() else 0
+        began = time.time()
+        codes = job.run_local(run, 1, timeout=560)
+        wall = time.time() - began
+        if any(codes):
+            raise SystemExit(f"attempt ({cache}) failed: {codes}\n{log.read_text()[-3000:]}")
+        lines = job.metrics(run)[seen:]
+        trained = [m for m in lines if m["kind"] == "train"]
+        saves = [m for m in lines if m.get("event") == "checkpoint"]
+        reserved = RESERVED.findall(log.read_text()[log_seen:])
+        times = [m["step_time_s"] for m in trained]
+        rows.append(
+            {
+                "cache": cache,
+                "from_step": trained[0]["step"] - 1,
+                "to_first_step_s": round(trained[0]["time"] - began, 1),
+                "wall_s": round(wall, 1),
+                "step_ms": round(statistics.median(times[1:]) * 1e3, 1),
+                # steps 2-6 run while the staging buffers are allocated; 11-19 long after
+                "step_ms_while_reserving": round(statistics.median(times[1:6]) * 1e3, 1),
+                "step_ms_after": round(statistics.median(times[10:19]) * 1e3, 1),
+                "reserved_gb_s": [float(x) for x in reserved[0]] if reserved else None,
+                "saves": [(m["step"], m["save_s"], m.get("written_s")) for m in saves],
+            }
+        )
+        print(json.dumps(rows[-1]), flush=True)
+    shutil.rmtree(run / "checkpoints", ignore_errors=True)  # the lent disk is 64 GB
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=Path("/tmp/hpctrain-bench-gpu"))
@@ -47,8 +123,23 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=60)
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--no-digits", action="store_true", help="skip digits (needs scikit-learn)")
+    parser.add_argument("--restart", action="store_true", help="a compiled restart's cost, cold and warm")
     args = parser.parse_args()
     import torch
+
+    if args.restart:
+        args.out.mkdir(parents=True, exist_ok=True)
+        rows = restart(args.out)
+        print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
+        for row in rows:
+            print(
+                f"{row['cache']:10} from step {row['from_step']:3}: "
+                f"first step after {row['to_first_step_s']:6.1f} s, wall {row['wall_s']:6.1f} s, "
+                f"step {row['step_ms']} ms (while reserving {row['step_ms_while_reserving']}, "
+                f"after {row['step_ms_after']}), reserved (GB, s) {row['reserved_gb_s']}, "
+                f"saves (step, blocked s, published s) {row['saves']}"
+            )
+        return
 
     gpus = args.gpus or torch.cuda.device_count()
     args.out.mkdir(parents=True, exist_ok=True)
