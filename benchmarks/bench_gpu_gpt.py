@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
 import statistics
@@ -25,7 +26,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "tests" / "integration"))
+PATHS = (str(REPO), str(REPO / "tests" / "integration"))
+sys.path.insert(0, PATHS[1])
 
 
 def case(out: Path, name: str, gpus: int, train: dict) -> dict:
@@ -60,17 +62,47 @@ def median_ms(seconds: list[float]) -> float | None:
     return round(statistics.median(seconds) * 1e3, 1) if seconds else None
 
 
-def restart(out: Path) -> list[dict[str, Any]]:
-    """Three attempts of the compiled 944M GPT in one run directory (see the module's doc)."""
+def beside_reservation(times: list[float], reserve_s: float) -> list[float]:
+    """The step times, after step 1, of a fresh run's steps that ran while the staging buffers were
+    allocated (the allocation starts at the end of step 1)."""
+    during, elapsed = [], 0.0
+    for seconds in times[1:]:
+        elapsed += seconds
+        if elapsed > reserve_s:
+            break
+        during.append(seconds)
+    return during
+
+
+NO_RESERVATION = "import hpctrain.runtime.staging as s\ns.HostStaging.reserve = lambda self, state: None\n"
+
+
+def without_reservation(out: Path) -> dict[str, str]:
+    """The environment of a control run whose first save allocates the staging buffers itself, as
+    before they were allocated in the background (a sitecustomize that turns the reservation off)."""
+    folder = out / "no-reservation"
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(NO_RESERVATION)
+    return {"PYTHONPATH": os.pathsep.join([str(folder), *PATHS, os.environ.get("PYTHONPATH", "")])}
+
+
+def restart(
+    out: Path,
+    attempts: tuple[tuple[str, int], ...] = RESTART_ATTEMPTS,
+    checkpoint_every: int = CHECKPOINT_EVERY,
+    name: str = "restart",
+    env: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """Attempts of the compiled 944M GPT in one run directory (see the module's doc)."""
     import _runtime_job as job
     from bench_gpu import BATCH, MODEL
 
     from hpctrain.rundir.names import COMPILE_CACHE
 
-    run = out / "restart"
+    run = out / name
     shutil.rmtree(run, ignore_errors=True)
     rows = []
-    for cache, steps in RESTART_ATTEMPTS:
+    for cache, steps in attempts:
         if cache != "warm":
             shutil.rmtree(run / COMPILE_CACHE, ignore_errors=True)
         train = {
@@ -82,7 +114,7 @@ def restart(out: Path) -> list[dict[str, Any]]:
             "precision": "bf16",
             "compile": True,
             "log_every": 1,
-            "checkpoint_every": CHECKPOINT_EVERY,
+            "checkpoint_every": checkpoint_every,
             "keep_checkpoints": 1,
             "tensorboard": False,
         }
@@ -91,7 +123,7 @@ def restart(out: Path) -> list[dict[str, Any]]:
         log = run / "logs" / "rank-0.log"
         log_seen = len(log.read_text()) if log.exists() else 0
         began = time.time()
-        codes = job.launcher.run(run, 1, 560, {"HPCTRAIN_REDIRECT_LOGS": "1"})  # into rank-0.log
+        codes = job.launcher.run(run, 1, 560, {"HPCTRAIN_REDIRECT_LOGS": "1", **(env or {})})
         wall = time.time() - began
         if any(codes):
             raise SystemExit(f"attempt ({cache}) failed: {codes}\n{log.read_text()[-3000:]}")
@@ -100,6 +132,13 @@ def restart(out: Path) -> list[dict[str, Any]]:
         saves = [m for m in lines if m.get("event") == "checkpoint"]
         reserved = RESERVED.findall(log.read_text()[log_seen:])
         times = [m["step_time_s"] for m in trained]
+        # On a resume the buffers are allocated while the checkpoint loads: no step runs beside them.
+        during = (
+            beside_reservation(times, float(reserved[0][1])) if reserved and trained[0]["step"] == 1 else []
+        )
+        last_save = min((m["step"] for m in saves), default=steps)
+        before_save = [t for m, t in zip(trained, times, strict=True) if m["step"] <= last_save]
+        during_n = len(during)
         rows.append(
             {
                 "cache": cache,
@@ -107,9 +146,10 @@ def restart(out: Path) -> list[dict[str, Any]]:
                 "to_first_step_s": round(trained[0]["time"] - began, 1),
                 "wall_s": round(wall, 1),
                 "step_ms": median_ms(times[1:]),
-                # steps 2-6 run while the staging buffers are allocated; 11-19 long after
-                "step_ms_while_reserving": median_ms(times[1:6]),
-                "step_ms_after": median_ms(times[10:19]),
+                # the steps beside the background allocation, and the later ones up to the first save
+                "step_ms_while_reserving": median_ms(during),
+                "step_ms_after": median_ms(before_save[1 + during_n :]),
+                "steps_while_reserving": during_n,
                 "reserved_gb_s": [float(x) for x in reserved[0]] if reserved else None,
                 "saves": [(m["step"], m["save_s"], m.get("written_s")) for m in saves],
             }
@@ -128,12 +168,22 @@ def main() -> None:
     parser.add_argument("--compile", action="store_true")
     parser.add_argument("--no-digits", action="store_true", help="skip digits (needs scikit-learn)")
     parser.add_argument("--restart", action="store_true", help="a compiled restart's cost, cold and warm")
+    parser.add_argument(
+        "--beside",
+        action="store_true",
+        help="only a fresh run, its first save at step 40: steps beside the allocation",
+    )
     args = parser.parse_args()
     import torch
 
-    if args.restart:
+    if args.restart or args.beside:
         args.out.mkdir(parents=True, exist_ok=True)
-        rows = restart(args.out)
+        rows = (
+            restart(args.out, (("cold", 40),), 40, "beside")
+            + restart(args.out, (("no reserve", 40),), 40, "control", without_reservation(args.out))
+            if args.beside
+            else restart(args.out)
+        )
         print(f"{torch.cuda.get_device_name(0)}, torch {torch.__version__}, {time.strftime('%Y-%m-%d')}")
         for row in rows:
             print(

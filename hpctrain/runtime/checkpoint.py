@@ -11,15 +11,15 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
-overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state
-is copied into host buffers that are allocated once, in the background after the first optimizer
-step of an attempt, and reused (``runtime/staging.py``), and the
-files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
-killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every
-rank has written and checksummed its files, rank 0 publishes the checkpoint from its background
-thread; the next save (or ``wait()``) only confirms it with a barrier. The sums travel by a gather,
-not by files that rank 0 polls for: the publication follows the last rank at once, and a large
-job does not stat one file per rank many times a second on the shared filesystem.
+overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state is
+copied into host buffers that are allocated once, in the background once an attempt's optimizer has
+its state (after the first step, or while a resume loads), and reused (``runtime/staging.py``), and
+the files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
+killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every rank
+has written and checksummed its files, rank 0 publishes the checkpoint from its background thread;
+the next save (or ``wait()``) only confirms it with a barrier. The sums travel by a gather, not by
+files that rank 0 polls for: the publication follows the last rank at once, and a large job does not
+stat one file per rank many times a second on the shared filesystem.
 """
 
 from __future__ import annotations
@@ -223,7 +223,9 @@ class Checkpointer:
     def reserve_staging_after_next_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
         """Once the optimizer's next step has created its state, allocate the staging buffers in the
         background, so that the first save only copies (allocating and pinning 11 GB at the save
-        blocked training for seconds). Purely local: no collective, so ranks need not agree on when."""
+        blocked training for seconds). On a resume that step is the one ``set_state_dict`` takes to
+        create the state it loads into, so the allocation overlaps the load. Purely local: no
+        collective, so ranks need not agree on when."""
         handle: Any = None
 
         def after_step(*_: Any) -> None:

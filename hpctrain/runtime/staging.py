@@ -117,8 +117,8 @@ class HostStaging:
     def reserve(self, state: STATE) -> None:
         """Allocate (and pin) a buffer for every tensor of ``state`` in background threads, once.
 
-        Called after the first optimizer step, when the optimizer state exists: the steps go on
-        while the buffers are allocated, and the first save finds them ready.
+        Called once the optimizer state exists (after the first step, or while a resume loads):
+        training goes on while the buffers are allocated, and the first save finds them ready.
         """
         if self._reservation is not None or self.buffers:
             return
