@@ -20,6 +20,7 @@ Implements DCP's ``AsyncStager`` protocol, so ``dcp.async_save(..., async_stager
 from __future__ import annotations
 
 import logging
+import math
 import resource
 import shutil
 import time
@@ -245,9 +246,14 @@ class HostStaging:
     def _allocate(self, shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
         if not self.shared:
             return torch.empty(shape, dtype=dtype, pin_memory=self.cuda)
-        buffer = torch.empty(shape, dtype=dtype).share_memory_()
+        # Straight into shared memory: share_memory_() of a fresh tensor would also copy it there.
+        storage = torch.UntypedStorage._new_shared(math.prod(shape) * dtype.itemsize)
+        buffer = torch.empty(0, dtype=dtype).set_(storage, 0, shape)
         if self.cuda and buffer.numel():
-            # Shared memory cannot be allocated pinned; registering it pins it in place.
+            # Shared memory cannot be allocated pinned; registering it pins it in place. Touching
+            # every page first (zero_ frees the GIL) leaves the driver only resident pages to pin:
+            # its calls are short, and the training thread's kernel launches do not queue behind them.
+            buffer.zero_()
             code = torch.cuda.cudart().cudaHostRegister(
                 buffer.data_ptr(), buffer.numel() * buffer.element_size(), 0
             )
