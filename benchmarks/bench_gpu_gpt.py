@@ -75,12 +75,11 @@ def beside_reservation(times: list[float], reserve_s: float) -> list[float]:
 
 
 NO_RESERVATION = "import hpctrain.runtime.staging as s\ns.HostStaging.reserve = lambda self, state: None\n"
-ONE_THREAD = "import hpctrain.runtime.staging as s\ns.ALLOCATION_THREADS = 1\n"
 
 
 def patched(out: Path, name: str, code: str) -> dict[str, str]:
     """The environment of a variant run: a sitecustomize that changes the staging before it runs
-    (the reservation off, as before it existed; one allocation thread)."""
+    (the reservation off, as before it existed)."""
     folder = out / f"sitecustomize-{name}"
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sitecustomize.py").write_text(code)
@@ -181,7 +180,6 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         rows = (
             restart(args.out, (("cold", 40),), 40, "beside")
-            + restart(args.out, (("1 thread", 40),), 40, "one", patched(args.out, "one", ONE_THREAD))
             + restart(args.out, (("no reserve", 40),), 40, "control", patched(args.out, "no", NO_RESERVATION))
             if args.beside
             else restart(args.out)

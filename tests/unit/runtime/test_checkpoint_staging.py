@@ -102,7 +102,7 @@ def test_a_failed_reservation_leaves_the_save_to_allocate(
     def refused_in_the_background(
         self: HostStaging, shape: tuple[int, ...], dtype: torch.dtype
     ) -> torch.Tensor:
-        if threading.current_thread().name.startswith("ckpt-alloc"):
+        if threading.current_thread().name.startswith("ckpt-reserve"):
             raise RuntimeError("cudaHostRegister refused")
         return allocate(self, shape, dtype)
 
