@@ -10,6 +10,10 @@ the second with the cache the first left in the run directory; for each, the sec
 start to its first step, and the seconds its checkpoints blocked training (the first save of the
 first attempt included, whose staging buffers were allocated in the background after step 1):
     python benchmarks/bench_gpu_gpt.py --restart [--out /tmp/bench-gpu]
+
+``--beside`` runs two fresh 40-step runs with the first save at step 40: one as the runtime is, one
+whose first save allocates the staging buffers itself (the background allocation turned off): the
+step times beside the allocation, and what the first save blocks, with and without it.
 """
 
 from __future__ import annotations
