@@ -32,6 +32,7 @@ HANG_REPORT = "hang.json"  # in failures/
 STACKS = "stacks"  # in failures/
 ATTEMPTS = "attempts.jsonl"
 TENSORBOARD = "tensorboard"
+COMPILE_CACHE = "compile-cache"  # inductor/ and triton/ caches of every attempt (train.compile_cache)
 STANDBY = "standby"  # standby/GEN/ of the warm standby step (runtime/standby.py)
 STANDBY_GO = "go"
 STANDBY_READY_PREFIX = "ready-"

@@ -11,14 +11,15 @@ Layout of ``$RUN/checkpoints/step-XXXXXXXX/``:
 
 Everything is written into ``step-XXXXXXXX.tmp/`` and renamed once the manifest exists, so a
 directory without ``.tmp`` is complete; one whose files no longer match the manifest (truncated,
-overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state
-is copied into host buffers that are allocated once and reused (``runtime/staging.py``), and the
-files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
-killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every
-rank has written and checksummed its files, rank 0 publishes the checkpoint from its background
-thread; the next save (or ``wait()``) only confirms it with a barrier. The sums travel by a gather,
-not by files that rank 0 polls for: the publication follows the last rank at once, and a large
-job does not stat one file per rank many times a second on the shared filesystem.
+overwritten) is skipped on load in favour of the previous one. Saves are asynchronous: the state is
+copied into host buffers that are allocated once, in the background once an attempt's optimizer has
+its state (after the first step, or while a resume loads), and reused (``runtime/staging.py``), and
+the files are written by a checkpoint process (GPU state) or thread while training goes on. A rank
+killed in the middle of a save leaves only a ``.tmp`` folder, which is never loaded. Once every rank
+has written and checksummed its files, rank 0 publishes the checkpoint from its background thread;
+the next save (or ``wait()``) only confirms it with a barrier. The sums travel by a gather, not by
+files that rank 0 polls for: the publication follows the last rank at once, and a large job does not
+stat one file per rank many times a second on the shared filesystem.
 """
 
 from __future__ import annotations
@@ -198,10 +199,18 @@ class Checkpointer:
     def _staging_for(
         self, state: dict[str, Any], model: nn.Module, optimizer: torch.optim.Optimizer
     ) -> HostStaging:
-        """The run's stager (built at the first save) and the fence before the optimizer's update."""
+        """The run's stager and the fence before the optimizer's update."""
         if self._group is None:
             # A group of its own: the background write's collectives must not interleave with training's.
             self._group = dist.new_group(backend="gloo")
+        staging = self._stager(state, model)
+        if staging.cuda and id(optimizer) not in self._fenced:
+            optimizer.register_step_pre_hook(lambda *_: staging.fence())
+            self._fenced.add(id(optimizer))
+        return staging
+
+    def _stager(self, state: dict[str, Any], model: nn.Module) -> HostStaging:
+        """The run's stager, built for the first state it sees (GPU or not, process writer or not)."""
         if self.staging is None:
             cuda = on_cuda(state)
             process = self.writer == "process" or (
@@ -209,11 +218,23 @@ class Checkpointer:
             )
             self.staging = HostStaging(cuda=cuda, shared=process)
             self.staging.protect_in_place_updates(model.buffers())
-        if self.staging.cuda and id(optimizer) not in self._fenced:
-            staging = self.staging
-            optimizer.register_step_pre_hook(lambda *_: staging.fence())
-            self._fenced.add(id(optimizer))
         return self.staging
+
+    def reserve_staging_after_next_step(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> None:
+        """Once the optimizer's next step has created its state, allocate the staging buffers in the
+        background, so that the first save only copies (allocating and pinning 11 GB at the save
+        blocked training for seconds). On a resume that step is the one ``set_state_dict`` takes to
+        create the state it loads into, so the allocation overlaps the load. Purely local: no
+        collective, so ranks need not agree on when."""
+        handle: Any = None
+
+        def after_step(*_: Any) -> None:
+            handle.remove()
+            model_state, optim_state = get_state_dict(model, optimizer)
+            state = {"model": model_state, "optim": optim_state}
+            self._stager(state, model).reserve(state)
+
+        handle = optimizer.register_step_post_hook(after_step)
 
     def _finish_write(
         self, upload: Any, step: int, tmp: Path, final: Path, own_done: threading.Event
@@ -307,7 +328,12 @@ class Checkpointer:
         return newest_good(self.root, self.event)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Restored | None:
-        """Load the newest good checkpoint into model and optimizer (and this rank's RNG)."""
+        """Load the newest good checkpoint into model and optimizer (and this rank's RNG).
+
+        Every attempt starts here, so this also arranges for the staging buffers to be allocated
+        after the first step (:meth:`reserve_staging_after_next_step`).
+        """
+        self.reserve_staging_after_next_step(model, optimizer)
         choice: list[str | None] = [None]
         if self.rank == 0:
             folder = self._choose()

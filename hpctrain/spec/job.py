@@ -239,6 +239,12 @@ class Train(Base):
     """
     compile: bool = False
     """torch.compile the model."""
+    compile_cache: str | None = None
+    """Folder of the inductor and Triton compile caches, shared by every attempt of the run, so that a
+    restart does not compile again: unset = the run directory's compile-cache/; a relative path is taken
+    inside the run directory; ~ and $VARS are expanded on the node. The job's env entries
+    TORCHINDUCTOR_CACHE_DIR and TRITON_CACHE_DIR, when given, win.
+    """
     log_every: Count = 10
     """Steps between metrics lines."""
     tensorboard: bool | None = None
