@@ -10,7 +10,7 @@ from pathlib import Path
 
 import msgspec
 
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, InputError
 from hpctrain.rundir import Run, RunDir, home, names, replace_bytes, tail_bytes
 from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
@@ -222,23 +222,15 @@ class Index:
         return [r for r in candidates if r.state not in ENDED_STATES or r.state_at >= since]
 
     def find(self, keys: Iterable[str]) -> tuple[list[Run], list[str]]:
-        """Runs by job id or run id (or a unique run id prefix); returns (found, unknown keys)."""
-        keys = list(keys)
+        """Runs by job id or run id (or a run id prefix, see `resolve`); returns (found, unknown keys).
+
+        A key that is empty, too short to be a prefix or ambiguous is an error (IdError), raised
+        before anything is returned: a verb acts on every key or on none."""
+        keys = [check_key(key) for key in keys]
         journal = self._journal()
         candidates = self._archived(journal.archived_changes, lambda: self._archive_matching(keys))
         candidates.update(journal.runs)
-        runs = list(candidates.values())
-        found: list[Run] = []
-        missing: list[str] = []
-        for key in keys:
-            exact = [r for r in runs if key in (r.job_id, r.run_id)]
-            prefix = [r for r in runs if r.run_id.startswith(key)]
-            match = exact[:1] or (prefix if len(prefix) == 1 else [])
-            if match:
-                found.append(match[0])
-            else:
-                missing.append(key)
-        return found, missing
+        return resolve(keys, list(candidates.values()))
 
     def history(self, run_id: str) -> History:
         """Every state of a run in the journal; an archived run keeps only its last."""
@@ -308,6 +300,49 @@ class Index:
             unindexed_dirs=sorted(on_disk - archived.keys()),
             missing_dirs=sorted(r.run_id for r in archived.values() if not r.run_dir.is_dir()),
         )
+
+
+class IdError(InputError):
+    """A job id or run id that cannot name a run: empty, a prefix too short, or ambiguous."""
+
+
+# A run id starts with the date and time of its submission, `YYYYMMDD-HHMMSS`: a prefix names a run only
+# when it holds at least that much (`2026` or `20` would match every run of a year or a century).
+MIN_PREFIX = len("YYYYMMDD-HHMMSS")
+
+
+def check_key(key: str) -> str:
+    """`key` as given, unless it is blank: an unset shell variable names no run (`cancel "$JOB"`)."""
+    if not key.strip():
+        raise IdError("an empty job id or run id names no run (an unset shell variable?)")
+    return key
+
+
+def resolve(keys: list[str], runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
+    """The one resolver of every verb: each key is a job id or a run id (exact), or a run id prefix
+    of at least MIN_PREFIX characters that only one run has; returns (found, unknown keys)."""
+    runs = list(runs)
+    found: list[Run] = []
+    missing: list[str] = []
+    for key in map(check_key, keys):
+        exact = [r for r in runs if key in (r.job_id, r.run_id)]
+        if exact:
+            found.append(exact[0])
+            continue
+        if len(key) < MIN_PREFIX:
+            raise IdError(
+                f"{key}: no job has this id, and a run id prefix must hold at least the run's date and"
+                " time (YYYYMMDD-HHMMSS)"
+            )
+        prefixed = sorted(r.run_id for r in runs if r.run_id.startswith(key))
+        if len(prefixed) > 1:
+            shown = ", ".join(prefixed[:5]) + (f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else "")
+            raise IdError(f"{key} is ambiguous: {shown}")
+        if prefixed:
+            found.extend(r for r in runs if r.run_id == prefixed[0])
+        else:
+            missing.append(key)
+    return found, missing
 
 
 class CompactReport(msgspec.Struct):
