@@ -144,12 +144,19 @@ class Index:
         with self._locked(exclusive=True) as lock:
             fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
             try:
-                size = os.fstat(fd).st_size
+                before = os.fstat(fd).st_size
                 # A writer that died mid-line left no newline: start on a line of our own, so the
                 # torn line is the only one lost.
-                if size and os.pread(fd, 1, size - 1) != b"\n":
+                if before and os.pread(fd, 1, before - 1) != b"\n":
                     data = b"\n" + data
-                write_all(fd, data)
+                try:
+                    write_all(fd, data)
+                except BaseException:
+                    # All or nothing (a full disk, a file size limit, Ctrl-C mid-write): no torn line
+                    # is left for every later reader to warn about.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, before)
+                    raise
                 size = os.fstat(fd).st_size
             finally:
                 os.close(fd)
@@ -188,7 +195,17 @@ class Index:
             run.state, run.state_at, run.reason = state, now, reason
             lines.append(Changed(run_id=run.run_id, state=state, at=now, reason=reason))
             changed.append(run)
-        self._append(lines)
+        try:
+            self._append(lines)
+        except OSError as err:
+            # A state change is what the scheduler says now; the next poll records it again. A verb
+            # that only reads (status, list, logs) still shows what it knows.
+            print(
+                f"hpctrain: warning: could not record {len(lines)} state change(s) in {self.path}"
+                f" ({err.strerror or err}); showing them unrecorded",
+                file=sys.stderr,
+            )
+            return
         for run in changed:
             write_record(run)
 
