@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
@@ -98,13 +99,21 @@ def metric_line(kind: str, **fields: Any) -> MetricLine:
     return msgspec.convert(fields, cls, strict=False)  # type: ignore[return-value]
 
 
+# A run directory is written by jobs and read by the login-side verbs: a link planted in it
+# (`logs/batch.log -> /etc/shadow`) must not make hpctrain print what it points to.
+NOT_FOLLOWED = "a symbolic link, not followed"
+
+
 def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
-    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO)."""
+    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO,
+    never follows a symbolic link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            return NOT_FOLLOWED
         return err.strerror or type(err).__name__
     try:
         info = os.fstat(fd)
@@ -196,6 +205,37 @@ def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
         return empty
     finally:
         os.close(fd)
+
+
+def read_at(path: Path | str, offset: int, limit: int) -> bytes | None:
+    """Up to `limit` bytes of a regular file from `offset` (no link followed); None when it is absent
+    or cannot be read."""
+    opened = _open_regular(path)
+    if opened is None or isinstance(opened, str):
+        return None
+    fd, _ = opened
+    try:
+        return os.pread(fd, limit, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def leaves(root: Path | str, path: Path | str) -> str | None:
+    """Why reading `path` would not read a file of the run directory `root`: it is a symbolic link,
+    or a linked folder on its way leads out of `root`; None when it stays inside (or is absent)."""
+    path = Path(path)
+    if path.is_symlink():
+        return NOT_FOLLOWED
+    try:
+        where = path.resolve(strict=False)
+        inside = Path(root).resolve(strict=False)
+    except (OSError, RuntimeError):
+        return "a loop of symbolic links"
+    if where != inside and inside not in where.parents:
+        return f"leads out of the run directory (to {where})"
+    return None
 
 
 def tail_bytes(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[bytes]:
