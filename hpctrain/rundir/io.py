@@ -45,6 +45,63 @@ _line_decoder = msgspec.json.Decoder(MetricLine)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError, TypeError)
 
 
+# What hpctrain writes is private to its user: a spec's env can hold an API key (docs/security.md).
+# A site's `share_with_group` lets one group read run directories (never write them).
+PRIVATE_UMASK = 0o077
+GROUP_UMASK = 0o027
+
+
+def umask_for(group: str | None) -> int:
+    return PRIVATE_UMASK if group is None else GROUP_UMASK
+
+
+@contextmanager
+def private_files(group: str | None = None) -> Iterator[None]:
+    """Files and folders made in the block (and by the processes started in it: sbatch hands its
+    umask to the job) are private to the user, or readable by `group`; the umask is restored after."""
+    previous = os.umask(umask_for(group))
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def keep_private(folder: Path) -> None:
+    """`folder` (hpctrain's home, runs/) made with mode 0700; one that others may enter or read loses
+    that (its group's bits are left as the user or a shared site set them)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o007 and mode & 0o007 != 0o001:  # traverse-only for a group share (share_run_dir)
+        os.chmod(folder, mode & ~0o007)
+
+
+def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
+    """Give `run_dir` to `group` (2750: what the job makes inside inherits the group) and let the
+    group pass through `home` and runs/ on the way (o+x: enter, not list)."""
+    import grp
+
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise OSError(f"share_with_group: there is no group {group!r} on this machine") from None
+    for folder in (home, run_dir.parent):
+        os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) | 0o001)
+    for folder in (run_dir, *(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())):
+        try:
+            os.chown(folder, -1, gid)
+        except PermissionError:
+            raise OSError(f"share_with_group: you are not in group {group!r}") from None
+        os.chmod(folder, 0o2750)
+
+
+def _create_mode(path: Path) -> int:
+    """A new file takes its folder's read and write bits: 0600 in a private folder, 0640 in a shared one."""
+    try:
+        return stat.S_IMODE(os.stat(path.parent).st_mode) & 0o660 | 0o600
+    except OSError:
+        return 0o600
+
+
 @contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary name beside `path`, unique to this writer, renamed onto `path` when the block ends
@@ -57,9 +114,12 @@ def replacing(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
 def replace_bytes(path: Path, data: bytes, durable: bool = False) -> Path:
     """Write `path` whole and atomically; `durable` also puts the bytes on disk before the rename."""
-    with replacing(path) as tmp, open(tmp, "wb") as handle:
+    with replacing(path) as tmp, open(os.open(tmp, _NEW, _create_mode(path)), "wb") as handle:
         handle.write(data)
         if durable:
             handle.flush()
@@ -75,7 +135,10 @@ def write_json(path: Path, value: msgspec.Struct, durable: bool = False) -> Path
 def append_line(path: Path, value: msgspec.Struct) -> None:
     """One write of one whole line: a reader tailing the file sees whole lines or a partial last one."""
     data = _encoder.encode(value) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, _create_mode(Path(path)))
     try:
         while data:
             data = data[os.write(fd, data) :]
