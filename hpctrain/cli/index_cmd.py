@@ -37,7 +37,9 @@ def run(args: argparse.Namespace) -> int:
     for path, number, text in report.bad_lines:
         print(f"unreadable line {path}:{number}: {text.decode('utf-8', 'replace')!r}")
     for run_id in report.unindexed_dirs:
-        print(f"run directory not in the index: {index.root / 'runs' / run_id}")
+        # The run is recorded before the scheduler is asked: such a directory never has a job.
+        where = index.root / "runs" / run_id
+        print(f"run directory not in the index (its submit stopped before sbatch, no job): {where}")
     for run_id in report.missing_dirs:
         print(f"indexed run without its directory: {run_id}")
     if report.bad_lines:
