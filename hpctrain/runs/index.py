@@ -400,14 +400,16 @@ def resolve(keys: list[str], runs: Iterable[Run]) -> tuple[list[Run], list[str]]
         if exact:
             found.append(exact[0])
             continue
-        if len(key) < MIN_PREFIX:
+        prefixed = sorted(r.run_id for r in runs if r.run_id.startswith(key))
+        shown = ", ".join(prefixed[:5]) + (f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else "")
+        if len(key) < MIN_PREFIX and prefixed:
             raise IdError(
                 f"{key}: no job has this id, and a run id prefix must hold at least the run's date and"
-                " time (YYYYMMDD-HHMMSS)"
+                f" time (YYYYMMDD-HHMMSS); it would match {shown}"
             )
-        prefixed = sorted(r.run_id for r in runs if r.run_id.startswith(key))
+        if len(key) < MIN_PREFIX:
+            prefixed = []
         if len(prefixed) > 1:
-            shown = ", ".join(prefixed[:5]) + (f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else "")
             raise IdError(f"{key} is ambiguous: {shown}")
         if prefixed:
             found.extend(r for r in runs if r.run_id == prefixed[0])
