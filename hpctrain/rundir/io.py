@@ -7,7 +7,7 @@ import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
@@ -72,7 +72,8 @@ def keep_private(folder: Path) -> None:
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     mode = stat.S_IMODE(folder.stat().st_mode)
     if mode & 0o007 and mode & 0o007 != 0o001:  # traverse-only for a group share (share_run_dir)
-        os.chmod(folder, mode & ~0o007)
+        with suppress(PermissionError):  # a folder of someone else's: theirs to close
+            os.chmod(folder, mode & ~0o007)
 
 
 def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
