@@ -120,11 +120,13 @@ def submit_run(
     then `write` (scripts, trial specs) and `schedule`, which returns the job id of each index entry it
     made, by the suffix of its run id ("" for the run itself; a sweep's later arrays are `+OFFSET`).
 
-    Whatever fails once the run directory exists, the directory is never left unindexed: a failure
-    while writing removes it; the run is recorded (run id and directory, no job id) before the
-    scheduler is asked, and its job id after, with SIGTERM, SIGHUP and SIGINT held in between. A
-    submit killed even so (SIGKILL) leaves a recorded run whose job carries its run id, which
-    `hpctrain index check` finds. A refusal (BackendError) is returned in Submitted.error.
+    SIGTERM, SIGHUP and SIGINT are held from the moment the run directory is made until its job id is
+    recorded: one that comes while the files are written removes the directory before the scheduler
+    is asked; later it waits for the job id. Whatever fails once the run directory exists, the
+    directory is never left unindexed: a failure while writing removes it; the run is recorded (run id
+    and directory, no job id) before the scheduler is asked, and its job id after. A submit killed
+    even so (SIGKILL) leaves a recorded run whose job carries its run id, which `hpctrain index check`
+    finds. A refusal (BackendError) is returned in Submitted.error.
 
     Everything it writes, and the job's logs (sbatch hands on its umask), is private to the user, or
     readable by the site's `share_with_group` (docs/security.md).
@@ -132,8 +134,8 @@ def submit_run(
     from hpctrain.rundir.io import private_files
 
     group = resolved.site.share_with_group
-    with private_files(group):
-        return _submit_private(index, backend, resolved, asked, write, schedule, group)
+    with private_files(group), held_signals() as held:
+        return _submit_private(index, backend, resolved, asked, write, schedule, group, held)
 
 
 def _submit_private(
@@ -144,6 +146,7 @@ def _submit_private(
     write: Callable[[RunDir], T],
     schedule: Callable[[T], dict[str, str]],
     group: str | None,
+    held: Held,
 ) -> Submitted:
     from hpctrain.rundir import RunDir, write_json
     from hpctrain.rundir.io import share_run_dir
@@ -172,26 +175,27 @@ def _submit_private(
         paths.spec.write_bytes(spec.dumps(resolved))
         write_json(paths.submit_info, asked)
         written = write(paths)
+        if held.signals:  # asked to stop before anything was submitted: stop
+            raise KeyboardInterrupt
     except BaseException as err:
         _remove_or_record(index, run, f"the run directory could not be written: {_reason(err)}")
         raise
-    with held_signals() as held:
-        index.add(run)  # the intent: from here on the run directory is known, and its job findable
-        try:
-            job_ids = schedule(written)
-        except BaseException as err:
-            # A Ctrl-C or a hang-up reaches sbatch too (it shares our process group): it may have
-            # died after the controller took the job, which then carries the run id.
-            found = _carried_job(backend, run_id) if held.signals else None
-            if found is None:
-                index.update_states([(run, JobState.SUBMIT_FAILED, _reason(err))])
-                if isinstance(err, BackendError):
-                    return Submitted(run, run.reason)
-                raise
-            job_ids = {"": found}
-        job_id = job_ids.pop("", None)
-        more = [msgspec.structs.replace(run, run_id=run_id + key, job_id=job) for key, job in job_ids.items()]
-        index.record_job(run, job_id, more)
+    index.add(run)  # the intent: from here on the run directory is known, and its job findable
+    try:
+        job_ids = schedule(written)
+    except BaseException as err:
+        # A Ctrl-C or a hang-up reaches sbatch too (it shares our process group): it may have
+        # died after the controller took the job, which then carries the run id.
+        found = _carried_job(backend, run_id) if held.signals else None
+        if found is None:
+            index.update_states([(run, JobState.SUBMIT_FAILED, _reason(err))])
+            if isinstance(err, BackendError):
+                return Submitted(run, run.reason)
+            raise
+        job_ids = {"": found}
+    job_id = job_ids.pop("", None)
+    more = [msgspec.structs.replace(run, run_id=run_id + key, job_id=job) for key, job in job_ids.items()]
+    index.record_job(run, job_id, more)
     return Submitted(run)
 
 

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from hpctrain.launch import submission
 from hpctrain.launch.submission import SUBMITTING, held_signals
 from hpctrain.runs.index import Index, Run
 from hpctrain.scheduler.base import JobState
+from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from tests.conftest import JOBS
 
 
 def test_signals_wait_for_the_block_and_the_handlers_come_back() -> None:
@@ -78,3 +81,26 @@ def test_a_job_id_recorded_after_the_intent_survives_compaction(tmp_path: Path) 
     index.compact()
     (found,) = Index(tmp_path).find(["777"])[0]
     assert found.run_id == run.run_id and found.job_id == "777" and found.reason == ""
+
+
+def test_a_signal_while_the_files_are_written_stops_before_sbatch(
+    hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    prepare = SlurmCliBackend.prepare
+    submitted: list[object] = []
+
+    def prepare_and_hang_up(self: SlurmCliBackend, *args: object, **kwargs: object) -> object:
+        os.kill(os.getpid(), signal.SIGHUP)  # the ssh session drops while the script is written
+        return prepare(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(SlurmCliBackend, "prepare", prepare_and_hang_up)
+    monkeypatch.setattr(SlurmCliBackend, "submit", lambda *args, **kwargs: submitted.append(args) or "1")
+    seen: list[int] = []
+    before = signal.signal(signal.SIGHUP, lambda number, frame: seen.append(number))
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            submission.submit(JOBS / "digits-ddp.yaml", "local", backend_name="slurm")
+    finally:
+        signal.signal(signal.SIGHUP, before)
+    assert submitted == [] and seen == [signal.SIGHUP]
+    assert list((hpctrain_home / "runs").iterdir()) == [] and Index(hpctrain_home).runs() == []
