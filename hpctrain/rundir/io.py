@@ -81,17 +81,19 @@ def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
     group pass through `home` and runs/ on the way (o+x: enter, not list)."""
     import grp
 
+    from hpctrain.errors import SpecError
+
     try:
         gid = grp.getgrnam(group).gr_gid
     except KeyError:
-        raise OSError(f"share_with_group: there is no group {group!r} on this machine") from None
+        raise SpecError(f"share_with_group: there is no group {group!r} on this machine") from None
     for folder in (home, run_dir.parent):
         os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) | 0o001)
     for folder in (run_dir, *(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())):
         try:
             os.chown(folder, -1, gid)
         except PermissionError:
-            raise OSError(f"share_with_group: you are not in group {group!r}") from None
+            raise SpecError(f"share_with_group: you are not in group {group!r}") from None
         os.chmod(folder, 0o2750)
 
 

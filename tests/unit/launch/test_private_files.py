@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from hpctrain.errors import SpecError
 from hpctrain.launch import submission
 from hpctrain.runs.index import Index
 from tests.conftest import JOBS, REPO
@@ -115,7 +116,7 @@ def test_an_unknown_group_is_a_one_line_error_and_leaves_nothing(
 ) -> None:
     site = tmp_path / "shared.yaml"
     site.write_text((REPO / "site-configs" / "local.yaml").read_text() + "share_with_group: no-such-group\n")
-    with pytest.raises(OSError, match="no group 'no-such-group'"):
+    with pytest.raises(SpecError, match="no group 'no-such-group'"):
         submission.submit(JOB, str(site), backend_name="slurm")
     assert not stand_in_sbatch.exists()
     assert Index(hpctrain_home).check().unindexed_dirs == []
