@@ -9,7 +9,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "action",
         choices=("check", "compact"),
-        help="check: report problems, exit 1 if any; compact: archive runs that ended over a day ago "
+        help="check: adopt the jobs of submits that were cut short (found by the run id they carry),"
+        " report problems, exit 1 if any; compact: archive runs that ended over a day ago "
         "and move unreadable lines to index-rejected.jsonl.",
     )
 
@@ -28,12 +29,17 @@ def run(args: argparse.Namespace) -> int:
             + (f" in {index.rejected_path}" if done.rejected else "")
         )
         return 0
+    for adopted in index.adopt_interrupted():
+        job = f"job {adopted.job_id}" if adopted.job_id else "no job"
+        print(f"run {adopted.run_id}: {job}; {adopted.verdict}")
     report = index.check()
     print(f"{report.runs} runs; journal {index.path} is {report.journal_bytes} bytes")
     for path, number, text in report.bad_lines:
         print(f"unreadable line {path}:{number}: {text.decode('utf-8', 'replace')!r}")
     for run_id in report.unindexed_dirs:
-        print(f"run directory not in the index: {index.root / 'runs' / run_id}")
+        # The run is recorded before the scheduler is asked: such a directory never has a job.
+        where = index.root / "runs" / run_id
+        print(f"run directory not in the index (its submit stopped before sbatch, no job): {where}")
     for run_id in report.missing_dirs:
         print(f"indexed run without its directory: {run_id}")
     if report.bad_lines:

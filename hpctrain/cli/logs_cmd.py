@@ -64,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
     if args.all_ranks or args.node is not None:
         return _merged(run_, log_root(root, args.element), args)
     path = log_path(root, args.rank, args.element)
+    refuse_links(root, [path])
     if not path.is_file() and not args.follow:
         present = [root, *(root.element(i) for i in root.elements())]
         names = [str(p.relative_to(root.root)) for where in present for p in where.log_files()]
@@ -82,18 +83,25 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def refuse_links(root: RunDir, paths: Iterable[Path]) -> None:
+    """A log that is a symbolic link, or lies behind one that leads out of the run directory, is an
+    error: `logs` prints files of the run, never what a link planted there points to."""
+    from hpctrain.rundir import leaves
+
+    top = root.element_of.root if root.element_of is not None else root.root
+    for path in paths:
+        if why := leaves(top, path):
+            raise HpctrainError(f"refusing to read {path}: {why}")
+
+
 def _copy(path: Path, offset: int) -> int:
-    """Copy the file from `offset` to stdout in bounded chunks; returns the new offset."""
-    if not path.is_file():  # absent yet, or a FIFO that would block the open
-        return offset
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            while chunk := handle.read(CHUNK):
-                sys.stdout.buffer.write(chunk)
-                offset += len(chunk)
-    except (FileNotFoundError, IsADirectoryError):
-        return offset
+    """Copy the file from `offset` to stdout in bounded chunks (absent yet, a FIFO or a link: nothing);
+    returns the new offset."""
+    from hpctrain.rundir import read_at
+
+    while chunk := read_at(path, offset, CHUNK):
+        sys.stdout.buffer.write(chunk)
+        offset += len(chunk)
     sys.stdout.flush()
     return offset
 
@@ -132,6 +140,7 @@ def _merged(run_: Run, root: RunDir, args: argparse.Namespace) -> int:
     from hpctrain.runs.logs import LogMerger, rank_logs
 
     merger = LogMerger(root, None if args.rank is None else [args.rank], args.node)
+    refuse_links(root, rank_logs(root).values())
     if not args.follow and not rank_logs(root):
         raise NoLog(f"no rank logs yet for job {run_.job_id} (in {root.logs})")
     out = sys.stdout.buffer

@@ -51,10 +51,10 @@ def run(args: argparse.Namespace) -> int:
 def _report(key: str, out: Path | None) -> Written:
     from hpctrain.report.sweep import report_sweep
     from hpctrain.rundir import RunDir, Unreadable
-    from hpctrain.runs.index import Index
+    from hpctrain.runs.index import Index, check_key
     from hpctrain.sweep import plan as sweep
 
-    path = Path(key)
+    path = Path(check_key(key))
     if key not in (".", "..") and path.is_dir():
         record = sweep.load(path)
         if isinstance(record, sweep.SweepRecord):

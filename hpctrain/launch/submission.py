@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import contextlib
 import shutil
+import signal
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
 
@@ -118,11 +120,36 @@ def submit_run(
     then `write` (scripts, trial specs) and `schedule`, which returns the job id of each index entry it
     made, by the suffix of its run id ("" for the run itself; a sweep's later arrays are `+OFFSET`).
 
-    Whatever fails once the run directory exists, the directory is never left unindexed: a failure
-    while writing removes it, a later one (the scheduler refused, sbatch is missing, Ctrl-C) records
-    the run as SUBMIT_FAILED with the reason; a BackendError is returned in Submitted.error.
+    SIGTERM, SIGHUP and SIGINT are held from the moment the run directory is made until its job id is
+    recorded: one that comes while the files are written removes the directory before the scheduler
+    is asked; later it waits for the job id. Whatever fails once the run directory exists, the
+    directory is never left unindexed: a failure while writing removes it; the run is recorded (run id
+    and directory, no job id) before the scheduler is asked, and its job id after. A submit killed
+    even so (SIGKILL) leaves a recorded run whose job carries its run id, which `hpctrain index check`
+    finds. A refusal (BackendError) is returned in Submitted.error.
+
+    Everything it writes, and the job's logs (sbatch hands on its umask), is private to the user, or
+    readable by the site's `share_with_group` (docs/security.md).
     """
+    from hpctrain.rundir.io import private_files
+
+    group = resolved.site.share_with_group
+    with private_files(group), held_signals() as held:
+        return _submit_private(index, backend, resolved, asked, write, schedule, group, held)
+
+
+def _submit_private(
+    index: Index | None,
+    backend: Backend,
+    resolved: spec.Resolved,
+    asked: SubmitInfo,
+    write: Callable[[RunDir], T],
+    schedule: Callable[[T], dict[str, str]],
+    group: str | None,
+    held: Held,
+) -> Submitted:
     from hpctrain.rundir import RunDir, write_json
+    from hpctrain.rundir.io import share_run_dir
     from hpctrain.runs.index import Index, Run
 
     index = index or Index()
@@ -139,28 +166,78 @@ def submit_run(
         submitted_at=now,
         state=JobState.PENDING,
         state_at=now,
+        reason=SUBMITTING,
     )
     paths = RunDir(run_dir)
     try:
+        if group is not None:
+            share_run_dir(index.root, run_dir, group)
         paths.spec.write_bytes(spec.dumps(resolved))
         write_json(paths.submit_info, asked)
         written = write(paths)
+        if held.signals:  # asked to stop before anything was submitted: stop
+            raise KeyboardInterrupt
     except BaseException as err:
         _remove_or_record(index, run, f"the run directory could not be written: {_reason(err)}")
         raise
+    index.add(run)  # the intent: from here on the run directory is known, and its job findable
     try:
         job_ids = schedule(written)
     except BaseException as err:
-        run.state, run.reason = JobState.SUBMIT_FAILED, _reason(err)
-        index.add(run)
-        if isinstance(err, BackendError):
-            return Submitted(run, run.reason)
-        raise
-    run.job_id = job_ids.pop("", None)
-    index.add(run)
-    for suffix, job_id in job_ids.items():
-        index.add(msgspec.structs.replace(run, run_id=run_id + suffix, job_id=job_id))
+        # A Ctrl-C or a hang-up reaches sbatch too (it shares our process group): it may have
+        # died after the controller took the job, which then carries the run id.
+        found = _carried_job(backend, run_id) if held.signals else None
+        if found is None:
+            index.update_states([(run, JobState.SUBMIT_FAILED, _reason(err))])
+            if isinstance(err, BackendError):
+                return Submitted(run, run.reason)
+            raise
+        job_ids = {"": found}
+    job_id = job_ids.pop("", None)
+    more = [msgspec.structs.replace(run, run_id=run_id + key, job_id=job) for key, job in job_ids.items()]
+    index.record_job(run, job_id, more)
     return Submitted(run)
+
+
+# The reason of a run recorded before the scheduler was asked; a run that keeps it past a submit was
+# cut short (`hpctrain index check` looks for its job).
+SUBMITTING = "being submitted"
+HELD_SIGNALS = (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)
+
+
+class Held:
+    """The signals that arrived while they were held."""
+
+    def __init__(self) -> None:
+        self.signals: list[int] = []
+
+
+def _carried_job(backend: Backend, run_id: str) -> str | None:
+    try:
+        return backend.jobs_carrying([run_id]).get(run_id)
+    except BackendError:
+        return None
+
+
+@contextlib.contextmanager
+def held_signals() -> Iterator[Held]:
+    """SIGTERM, SIGHUP (a dropped ssh session) and SIGINT wait until the block ends, then act as they
+    would have (the previous handlers restored first). Only the main thread can hold signals; elsewhere
+    the block runs as it is."""
+    held = Held()
+    if threading.current_thread() is not threading.main_thread():
+        yield held
+        return
+    previous = {number: signal.getsignal(number) for number in HELD_SIGNALS}
+    for number in HELD_SIGNALS:
+        signal.signal(number, lambda number, frame: held.signals.append(number))
+    try:
+        yield held
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        for number in dict.fromkeys(held.signals):
+            signal.raise_signal(number)
 
 
 def _reason(err: BaseException) -> str:

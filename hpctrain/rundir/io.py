@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path, PurePath
 from typing import Any, TypeVar
 
@@ -44,6 +45,66 @@ _line_decoder = msgspec.json.Decoder(MetricLine)
 _DECODE_ERRORS = (msgspec.DecodeError, msgspec.ValidationError, RecursionError, ValueError, TypeError)
 
 
+# What hpctrain writes is private to its user: a spec's env can hold an API key (docs/security.md).
+# A site's `share_with_group` lets one group read run directories (never write them).
+PRIVATE_UMASK = 0o077
+GROUP_UMASK = 0o027
+
+
+def umask_for(group: str | None) -> int:
+    return PRIVATE_UMASK if group is None else GROUP_UMASK
+
+
+@contextmanager
+def private_files(group: str | None = None) -> Iterator[None]:
+    """Files and folders made in the block (and by the processes started in it: sbatch hands its
+    umask to the job) are private to the user, or readable by `group`; the umask is restored after."""
+    previous = os.umask(umask_for(group))
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def keep_private(folder: Path) -> None:
+    """`folder` (hpctrain's home, runs/) made with mode 0700; one that others may enter or read loses
+    that (its group's bits are left as the user or a shared site set them)."""
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    mode = stat.S_IMODE(folder.stat().st_mode)
+    if mode & 0o007 and mode & 0o007 != 0o001:  # traverse-only for a group share (share_run_dir)
+        with suppress(PermissionError):  # a folder of someone else's: theirs to close
+            os.chmod(folder, mode & ~0o007)
+
+
+def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
+    """Give `run_dir` to `group` (2750: what the job makes inside inherits the group) and let the
+    group pass through `home` and runs/ on the way (o+x: enter, not list)."""
+    import grp
+
+    from hpctrain.errors import SpecError
+
+    try:
+        gid = grp.getgrnam(group).gr_gid
+    except KeyError:
+        raise SpecError(f"share_with_group: there is no group {group!r} on this machine") from None
+    for folder in (home, run_dir.parent):
+        os.chmod(folder, stat.S_IMODE(folder.stat().st_mode) | 0o001)
+    for folder in (run_dir, *(p for p in run_dir.iterdir() if p.is_dir() and not p.is_symlink())):
+        try:
+            os.chown(folder, -1, gid)
+        except PermissionError:
+            raise SpecError(f"share_with_group: you are not in group {group!r}") from None
+        os.chmod(folder, 0o2750)
+
+
+def _create_mode(path: Path) -> int:
+    """A new file takes its folder's read and write bits: 0600 in a private folder, 0640 in a shared one."""
+    try:
+        return stat.S_IMODE(os.stat(path.parent).st_mode) & 0o660 | 0o600
+    except OSError:
+        return 0o600
+
+
 @contextmanager
 def replacing(path: Path) -> Iterator[Path]:
     """A temporary name beside `path`, unique to this writer, renamed onto `path` when the block ends
@@ -56,9 +117,12 @@ def replacing(path: Path) -> Iterator[Path]:
         tmp.unlink(missing_ok=True)
 
 
+_NEW = os.O_WRONLY | os.O_CREAT | os.O_EXCL
+
+
 def replace_bytes(path: Path, data: bytes, durable: bool = False) -> Path:
     """Write `path` whole and atomically; `durable` also puts the bytes on disk before the rename."""
-    with replacing(path) as tmp, open(tmp, "wb") as handle:
+    with replacing(path) as tmp, open(os.open(tmp, _NEW, _create_mode(path)), "wb") as handle:
         handle.write(data)
         if durable:
             handle.flush()
@@ -74,7 +138,10 @@ def write_json(path: Path, value: msgspec.Struct, durable: bool = False) -> Path
 def append_line(path: Path, value: msgspec.Struct) -> None:
     """One write of one whole line: a reader tailing the file sees whole lines or a partial last one."""
     data = _encoder.encode(value) + b"\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, _create_mode(Path(path)))
     try:
         while data:
             data = data[os.write(fd, data) :]
@@ -98,13 +165,21 @@ def metric_line(kind: str, **fields: Any) -> MetricLine:
     return msgspec.convert(fields, cls, strict=False)  # type: ignore[return-value]
 
 
+# A run directory is written by jobs and read by the login-side verbs: a link planted in it
+# (`logs/batch.log -> /etc/shadow`) must not make hpctrain print what it points to.
+NOT_FOLLOWED = "a symbolic link, not followed"
+
+
 def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
-    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO)."""
+    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO,
+    never follows a symbolic link)."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     except OSError as err:
+        if err.errno == errno.ELOOP:
+            return NOT_FOLLOWED
         return err.strerror or type(err).__name__
     try:
         info = os.fstat(fd)
@@ -196,6 +271,37 @@ def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
         return empty
     finally:
         os.close(fd)
+
+
+def read_at(path: Path | str, offset: int, limit: int) -> bytes | None:
+    """Up to `limit` bytes of a regular file from `offset` (no link followed); None when it is absent
+    or cannot be read."""
+    opened = _open_regular(path)
+    if opened is None or isinstance(opened, str):
+        return None
+    fd, _ = opened
+    try:
+        return os.pread(fd, limit, offset)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def leaves(root: Path | str, path: Path | str) -> str | None:
+    """Why reading `path` would not read a file of the run directory `root`: it is a symbolic link,
+    or a linked folder on its way leads out of `root`; None when it stays inside (or is absent)."""
+    path = Path(path)
+    if path.is_symlink():
+        return NOT_FOLLOWED
+    try:
+        where = path.resolve(strict=False)
+        inside = Path(root).resolve(strict=False)
+    except (OSError, RuntimeError):
+        return "a loop of symbolic links"
+    if where != inside and inside not in where.parents:
+        return f"leads out of the run directory (to {where})"
+    return None
 
 
 def tail_bytes(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[bytes]:

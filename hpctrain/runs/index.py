@@ -10,8 +10,9 @@ from pathlib import Path
 
 import msgspec
 
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, InputError
 from hpctrain.rundir import Run, RunDir, home, names, replace_bytes, tail_bytes
+from hpctrain.rundir.io import keep_private
 from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
 
@@ -23,6 +24,10 @@ KEEP_RECENT_S = 24 * 3600
 # The journal is compacted when it grows past this size and past twice its size after the last
 # compaction (so a journal full of active runs is not rewritten on every append).
 JOURNAL_LIMIT_BYTES = 1 << 20
+
+# A run recorded before its submission that has no job id this long after is taken to have never
+# reached the scheduler (when no job carries its id): sbatch gives up well before (HPCTRAIN_SLURM_TIMEOUT).
+SUBMIT_GRACE_S = 300.0
 
 History = list[tuple[JobState, float, str]]
 
@@ -47,6 +52,7 @@ def _fold(lines: list[Added | Changed]) -> tuple[dict[str, Run], dict[str, Histo
         elif line.run_id in runs:
             run = runs[line.run_id]
             run.state, run.state_at, run.reason = line.state, line.at, line.reason
+            run.job_id = line.job_id or run.job_id
             history[run.run_id].append((line.state, line.at, line.reason))
         else:
             elsewhere.append(line)
@@ -58,6 +64,7 @@ def _apply(runs: dict[str, Run] | dict[str, Added], changes: Iterable[Changed]) 
         run = runs.get(change.run_id)
         if run is not None:
             run.state, run.state_at, run.reason = change.state, change.at, change.reason
+            run.job_id = change.job_id or run.job_id
 
 
 class Index:
@@ -75,7 +82,8 @@ class Index:
 
     def __init__(self, root: Path | None = None) -> None:
         self.root = root or home()
-        self.root.mkdir(parents=True, exist_ok=True)
+        keep_private(self.root)
+        keep_private(self.root / "runs")
         self.path = self.root / names.INDEX_JOURNAL
         self.archive_path = self.root / names.INDEX_ARCHIVE
         self.rejected_path = self.root / names.INDEX_REJECTED
@@ -86,7 +94,7 @@ class Index:
     @contextlib.contextmanager
     def _locked(self, exclusive: bool) -> Iterator[int]:
         """Hold index.lock; yields its descriptor (which stores the journal size after compaction)."""
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
             yield fd
@@ -142,14 +150,21 @@ class Index:
             return
         data = encode_lines(lines)
         with self._locked(exclusive=True) as lock:
-            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
             try:
-                size = os.fstat(fd).st_size
+                before = os.fstat(fd).st_size
                 # A writer that died mid-line left no newline: start on a line of our own, so the
                 # torn line is the only one lost.
-                if size and os.pread(fd, 1, size - 1) != b"\n":
+                if before and os.pread(fd, 1, before - 1) != b"\n":
                     data = b"\n" + data
-                write_all(fd, data)
+                try:
+                    write_all(fd, data)
+                except BaseException:
+                    # All or nothing (a full disk, a file size limit, Ctrl-C mid-write): no torn line
+                    # is left for every later reader to warn about.
+                    with contextlib.suppress(OSError):
+                        os.ftruncate(fd, before)
+                    raise
                 size = os.fstat(fd).st_size
             finally:
                 os.close(fd)
@@ -167,15 +182,58 @@ class Index:
             run_id = f"{stamp}-{name}-{os.urandom(3).hex()}"
             run_dir = self.root / "runs" / run_id
             try:
-                RunDir(run_dir).logs.mkdir(parents=True, exist_ok=False)
+                run_dir.mkdir(mode=0o700)
             except FileExistsError:
                 continue
+            RunDir(run_dir).logs.mkdir(mode=0o700)
             return run_id, run_dir
         raise HpctrainError(f"could not create a unique run directory under {self.root / 'runs'}")
 
     def add(self, run: Run) -> None:
         self._append([added(run)])
         write_record(run)
+
+    def record_job(self, run: Run, job_id: str | None, more: Iterable[Run] = ()) -> None:
+        """The job id the scheduler gave a run recorded before its submission, and the index entries
+        of the submission's further jobs (a sweep's later arrays), in one append."""
+        now = time.time()
+        run.job_id, run.state_at, run.reason = job_id, now, ""
+        more = list(more)
+        self._append([Changed(run_id=run.run_id, state=run.state, at=now, job_id=job_id), *map(added, more)])
+        for each in (run, *more):
+            write_record(each)
+
+    def interrupted(self) -> list[Run]:
+        """Runs recorded before their submission that never got a job id: a submit in progress, or
+        one that was killed (its job, if the scheduler took it, carries the run id)."""
+        return [r for r in self.runs() if r.job_id is None and r.state not in ENDED_STATES]
+
+    def adopt_interrupted(self, grace_s: float = SUBMIT_GRACE_S) -> "list[Adopted]":
+        """Settle the runs whose submit was cut short: the job that carries a run's id is recorded as
+        its job; a run without one, recorded over `grace_s` ago, never reached the scheduler."""
+        from hpctrain.scheduler import select_backend
+
+        by_backend: dict[str, list[Run]] = {}
+        for run in self.interrupted():
+            by_backend.setdefault(run.backend, []).append(run)
+        out: list[Adopted] = []
+        for backend_name, group in by_backend.items():
+            try:
+                found = select_backend(backend_name).jobs_carrying(r.run_id for r in group)
+            except HpctrainError as err:
+                out += [Adopted(run.run_id, None, f"not looked for: {err}") for run in group]
+                continue
+            for run in group:
+                if run.run_id in found:
+                    self.record_job(run, found[run.run_id])
+                    out.append(Adopted(run.run_id, run.job_id, "adopted: its submit was cut short"))
+                elif run.submitted_at < time.time() - grace_s:
+                    why = "its submit was cut short before the scheduler took a job (none carries its id)"
+                    self.update_states([(run, JobState.SUBMIT_FAILED, why)])
+                    out.append(Adopted(run.run_id, None, why))
+                else:
+                    out.append(Adopted(run.run_id, None, "being submitted (no job carries its id yet)"))
+        return out
 
     def update_states(self, changes: Iterable[tuple[Run, JobState, str]]) -> None:
         """Record new states (run, state, reason) in one append; history keeps every change."""
@@ -188,7 +246,17 @@ class Index:
             run.state, run.state_at, run.reason = state, now, reason
             lines.append(Changed(run_id=run.run_id, state=state, at=now, reason=reason))
             changed.append(run)
-        self._append(lines)
+        try:
+            self._append(lines)
+        except OSError as err:
+            # A state change is what the scheduler says now; the next poll records it again. A verb
+            # that only reads (status, list, logs) still shows what it knows.
+            print(
+                f"hpctrain: warning: could not record {len(lines)} state change(s) in {self.path}"
+                f" ({err.strerror or err}); showing them unrecorded",
+                file=sys.stderr,
+            )
+            return
         for run in changed:
             write_record(run)
 
@@ -222,23 +290,15 @@ class Index:
         return [r for r in candidates if r.state not in ENDED_STATES or r.state_at >= since]
 
     def find(self, keys: Iterable[str]) -> tuple[list[Run], list[str]]:
-        """Runs by job id or run id (or a unique run id prefix); returns (found, unknown keys)."""
-        keys = list(keys)
+        """Runs by job id or run id (or a run id prefix, see `resolve`); returns (found, unknown keys).
+
+        A key that is empty, too short to be a prefix or ambiguous is an error (IdError), raised
+        before anything is returned: a verb acts on every key or on none."""
+        keys = [check_key(key) for key in keys]
         journal = self._journal()
         candidates = self._archived(journal.archived_changes, lambda: self._archive_matching(keys))
         candidates.update(journal.runs)
-        runs = list(candidates.values())
-        found: list[Run] = []
-        missing: list[str] = []
-        for key in keys:
-            exact = [r for r in runs if key in (r.job_id, r.run_id)]
-            prefix = [r for r in runs if r.run_id.startswith(key)]
-            match = exact[:1] or (prefix if len(prefix) == 1 else [])
-            if match:
-                found.append(match[0])
-            else:
-                missing.append(key)
-        return found, missing
+        return resolve(keys, list(candidates.values()))
 
     def history(self, run_id: str) -> History:
         """Every state of a run in the journal; an archived run keeps only its last."""
@@ -277,8 +337,11 @@ class Index:
             keep += [Changed(run_id=run.run_id, state=s, at=at, reason=why) for s, at, why in later]
         rejected = [text for _, text in journal.bad + archive.bad]
         if rejected:
-            with open(self.rejected_path, "ab") as handle:
-                handle.write(b"".join(text.rstrip(b"\n") + b"\n" for text in rejected))
+            fd = os.open(self.rejected_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                write_all(fd, b"".join(text.rstrip(b"\n") + b"\n" for text in rejected))
+            finally:
+                os.close(fd)
         ordered: list[Added | Changed] = sorted(archived.values(), key=lambda r: r.submitted_at)
         replace_bytes(self.archive_path, encode_lines(ordered), durable=True)
         journal_data = encode_lines(keep)
@@ -308,6 +371,59 @@ class Index:
             unindexed_dirs=sorted(on_disk - archived.keys()),
             missing_dirs=sorted(r.run_id for r in archived.values() if not r.run_dir.is_dir()),
         )
+
+
+class IdError(InputError):
+    """A job id or run id that cannot name a run: empty, a prefix too short, or ambiguous."""
+
+
+# A run id starts with the date and time of its submission, `YYYYMMDD-HHMMSS`: a prefix names a run only
+# when it holds at least that much (`2026` or `20` would match every run of a year or a century).
+MIN_PREFIX = len("YYYYMMDD-HHMMSS")
+
+
+def check_key(key: str) -> str:
+    """`key` as given, unless it is blank: an unset shell variable names no run (`cancel "$JOB"`)."""
+    if not key.strip():
+        raise IdError("an empty job id or run id names no run (an unset shell variable?)")
+    return key
+
+
+def resolve(keys: list[str], runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
+    """The one resolver of every verb: each key is a job id or a run id (exact), or a run id prefix
+    of at least MIN_PREFIX characters that only one run has; returns (found, unknown keys)."""
+    runs = list(runs)
+    found: list[Run] = []
+    missing: list[str] = []
+    for key in map(check_key, keys):
+        exact = [r for r in runs if key in (r.job_id, r.run_id)]
+        if exact:
+            found.append(exact[0])
+            continue
+        prefixed = sorted(r.run_id for r in runs if r.run_id.startswith(key))
+        shown = ", ".join(prefixed[:5]) + (f" and {len(prefixed) - 5} more" if len(prefixed) > 5 else "")
+        if len(key) < MIN_PREFIX and prefixed:
+            raise IdError(
+                f"{key}: no job has this id, and a run id prefix must hold at least the run's date and"
+                f" time (YYYYMMDD-HHMMSS); it would match {shown}"
+            )
+        if len(key) < MIN_PREFIX:
+            prefixed = []
+        if len(prefixed) > 1:
+            raise IdError(f"{key} is ambiguous: {shown}")
+        if prefixed:
+            found.extend(r for r in runs if r.run_id == prefixed[0])
+        else:
+            missing.append(key)
+    return found, missing
+
+
+class Adopted(msgspec.Struct):
+    """What `adopt_interrupted` made of one run recorded without a job id."""
+
+    run_id: str
+    job_id: str | None
+    verdict: str
 
 
 class CompactReport(msgspec.Struct):

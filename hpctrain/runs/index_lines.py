@@ -18,13 +18,15 @@ class Added(Run, tag="add", tag_field="op"):
     """A run as submitted (or, in the archive, as it ended): the run record, marked as an index line."""
 
 
-class Changed(msgspec.Struct, tag="state", tag_field="op", kw_only=True):
-    """A new state of a run added earlier."""
+class Changed(msgspec.Struct, tag="state", tag_field="op", kw_only=True, omit_defaults=True):
+    """A new state of a run added earlier; with `job_id`, the job the scheduler gave a run that was
+    recorded before it was submitted (the intent)."""
 
     run_id: Annotated[str, msgspec.Meta(min_length=1)]
     state: JobState
     at: float
     reason: str = ""
+    job_id: str | None = None
 
 
 def added(run: Run) -> Added:

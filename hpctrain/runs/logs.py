@@ -12,7 +12,7 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
-from hpctrain.rundir import RANK_LOG, RunDir, list_names, numbered
+from hpctrain.rundir import RANK_LOG, RunDir, list_names, numbered, read_at
 
 # What one read takes from one log at most: a rank that logged gigabytes is streamed in rounds.
 CHUNK = 1 << 20
@@ -29,11 +29,7 @@ def rank_logs(root: RunDir) -> dict[int, Path]:
 
 def node_of(path: Path) -> str | None:
     """The node a rank's log says it ran on (its first runtime line), None before that line exists."""
-    try:
-        with open(path, "rb") as handle:
-            head = handle.read(HEAD)
-    except OSError:
-        return None
+    head = read_at(path, 0, HEAD) or b""
     match = _RANK_TAG.search(head)
     return match.group(2).decode("utf-8", "replace") if match else None
 
@@ -98,11 +94,8 @@ class LogMerger:
 
     def _read_new(self, rank: int, path: Path) -> bytes:
         offset = self.offsets.get(rank, 0)
-        try:
-            with open(path, "rb") as handle:
-                handle.seek(offset)
-                data = handle.read(CHUNK)
-        except (FileNotFoundError, IsADirectoryError):
+        data = read_at(path, offset, CHUNK)  # never through a link planted in the run directory
+        if data is None:
             return b""
         self.offsets[rank] = offset + len(data)
         self.moved = self.moved or bool(data)

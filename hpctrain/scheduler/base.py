@@ -89,6 +89,27 @@ class BatchRequest(msgspec.Struct, frozen=True):
     """The script's #SBATCH block as data, for backends that hand options to the scheduler."""
 
 
+# A job carries the id of its run in its comment, so that the run of a job whose submit was killed
+# before hpctrain learnt its job id can still find it (`hpctrain index check`).
+RUN_COMMENT = "hpctrain-run="
+
+
+def carrying_comment(run_id: str, comment: str | None) -> str:
+    """The job's --comment: the run id, then the user's own comment."""
+    return f"{RUN_COMMENT}{run_id}" + (f" {comment}" if comment else "")
+
+
+def carried_run_id(comment: str) -> str | None:
+    """The run id a job's comment carries, if any."""
+    first = comment.strip().split(" ", 1)[0]
+    return (first[len(RUN_COMMENT) :] or None) if first.startswith(RUN_COMMENT) else None
+
+
+def base_job_id(raw_id: str) -> str:
+    """`123_4`, `123_[5-9]`, `123+1` -> `123`."""
+    return raw_id.split("_", 1)[0].split("+", 1)[0]
+
+
 def array_element(raw_id: str) -> str | None:
     """`123_4` -> `4`, `123_[5-9]` -> `[5-9]`; None for a job that is no array element."""
     base, sep, element = raw_id.partition("_")
@@ -237,6 +258,11 @@ class Backend(ABC):
     @abstractmethod
     def cancel(self, job_ids: Iterable[str]) -> None:
         """Cancel the given jobs."""
+
+    def jobs_carrying(self, run_ids: Iterable[str]) -> dict[str, str]:
+        """The job id of each of `run_ids` whose job the scheduler (queue or accounting) knows by the
+        run id it carries (`carrying_comment`). A backend whose submit cannot be cut short: none."""
+        return {}
 
     def limits(self) -> Limits:
         """What the cluster allows a sweep; a backend without job arrays refuses."""

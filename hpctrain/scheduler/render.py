@@ -14,6 +14,7 @@ import msgspec
 from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
+from hpctrain.scheduler.base import carrying_comment
 from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.spec import Resolved
 from hpctrain.spec.resources import data_folder
@@ -153,7 +154,7 @@ def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> B
         reservation=res.reservation,
         licenses=res.licenses,
         begin=job.begin,
-        comment=job.comment,
+        comment=carrying_comment(run_dir.name, job.comment),
         mail_type=",".join(job.mail_type),
         mail_user=job.mail_user,
     )

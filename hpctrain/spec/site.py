@@ -91,6 +91,9 @@ class Site(Base):
     """Slurm hetjobs allowed here."""
     preemption: Preemption | None = None
     """Site default for the preemption signal."""
+    share_with_group: Annotated[str, Meta(pattern=NAME)] | None = None
+    """Unix group that may read this site's run directories (dirs 2750, files 0640, given to the group);
+    default: none, every run directory is private to you (dirs 0700, files 0600). See docs/security.md."""
 
     def __post_init__(self) -> None:
         check_env("env", self.env)

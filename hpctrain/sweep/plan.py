@@ -21,7 +21,7 @@ import msgspec
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
-from hpctrain.runs.index import Index
+from hpctrain.runs.index import MIN_PREFIX, Index, check_key
 from hpctrain.sweep.grid import describe, expand, parse_grid_options, trial_count
 
 if TYPE_CHECKING:
@@ -326,9 +326,11 @@ def load(root: Path) -> SweepRecord | rundir.Unreadable | None:
 
 def find(index: Index, key: str) -> tuple[Path, SweepRecord | rundir.Unreadable] | None:
     """The sweep that `key` names: its id, a prefix of it, or the job id of one of its arrays."""
+    check_key(key)
     runs = index.runs()
     roots = {r.run_dir for r in runs if key in (r.job_id, r.run_id)}
-    roots = roots or {r.run_dir for r in runs if r.run_id.startswith(key)}
+    if len(key) >= MIN_PREFIX:  # the resolver's rule (runs/index.py): a short prefix names no run
+        roots = roots or {r.run_dir for r in runs if r.run_id.startswith(key)}
     found = [(root, load(root)) for root in sorted(roots)]
     sweeps = [(root, record) for root, record in found if record is not None]
     return sweeps[0] if len(sweeps) == 1 else None

@@ -17,6 +17,8 @@ from hpctrain.scheduler.base import (
     JobInfo,
     JobState,
     Limits,
+    base_job_id,
+    carried_run_id,
     incomplete_arrays,
     merge_accounting,
 )
@@ -144,6 +146,21 @@ class SlurmCliBackend(Backend):
             return {}
         return parse_sacct(proc.stdout, wanted)
 
+    def jobs_carrying(self, run_ids: Iterable[str]) -> dict[str, str]:
+        wanted = set(run_ids)
+        if not wanted:
+            return {}
+        queue = self._run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%k"], "squeue")
+        found = _carried(self._check(queue, "squeue"), wanted)
+        if wanted - found.keys():
+            # Jobs that already left the queue: accounting has their comment where the cluster stores
+            # it (AccountingStoreFlags=job_comment).
+            recent = ["--starttime=now-7days", "--format=JobID,Comment"]
+            accounting = self._run(["sacct", "--allocations", "--noheader", "--parsable2", *recent], "sacct")
+            if accounting.returncode == 0:
+                found = {**_carried(accounting.stdout, wanted), **found}
+        return found
+
     def cancel(self, job_ids: Iterable[str]) -> None:
         ids = [str(j) for j in job_ids]
         if ids:
@@ -170,3 +187,14 @@ class SlurmCliBackend(Backend):
         from hpctrain.scheduler.slurm.nodes import release_requeued
 
         return [info.job_id for run, info in held if release_requeued(run, info)]
+
+
+def _carried(text: str, wanted: set[str]) -> dict[str, str]:
+    """`JOBID|COMMENT` rows -> {run id: job id} for the wanted run ids that a comment carries."""
+    found: dict[str, str] = {}
+    for row in text.splitlines():
+        raw_id, _, comment = row.partition("|")
+        run_id = carried_run_id(comment)
+        if run_id in wanted and raw_id.strip():
+            found[run_id] = base_job_id(raw_id.strip())
+    return found

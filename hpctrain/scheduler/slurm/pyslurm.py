@@ -361,6 +361,13 @@ class PyslurmBackend(Backend):
         # db.Jobs is a list in some pyslurm releases and a cluster-keyed map in others.
         return collect(jobs.values() if hasattr(jobs, "values") else jobs, missing, "pyslurm-db")
 
+    def jobs_carrying(self, run_ids: Iterable[str]) -> dict[str, str]:
+        # A rare lookup (`index check` after a submit was cut short): the command line's, which reads
+        # the comment from squeue and sacct.
+        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+        return SlurmCliBackend().jobs_carrying(run_ids)
+
     def cancel(self, job_ids: Iterable[str]) -> None:
         # pyslurm has no batch cancel: one slurm_kill_job RPC per job, as scancel sends.
         for job_id in job_ids:

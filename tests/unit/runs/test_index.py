@@ -72,9 +72,9 @@ def test_state_history_and_lookup(tmp_path: Path) -> None:
     index.update_states([(run, "RUNNING", "")])  # unchanged: no new history row
     index.update_states([(run, "COMPLETED", "")])
     assert [h[0] for h in index.history(run.run_id)] == ["PENDING", "RUNNING", "COMPLETED"]
-    found, missing = index.find(["77", run.run_id, run.run_id[:20], "nope"])
+    found, missing = index.find(["77", run.run_id, run.run_id[:20], "20990101-000000-nope"])
     assert [r.run_id for r in found] == [run.run_id] * 3
-    assert missing == ["nope"]
+    assert missing == ["20990101-000000-nope"]
 
 
 def test_torn_last_line_does_not_swallow_the_next_run(
@@ -157,9 +157,8 @@ def test_compaction_archives_ended_runs_and_keeps_them_findable(tmp_path: Path) 
     assert [h[2] for h in index.history(active.run_id)] == ["", "on node1"]
     # The archive is read only as far as needed, and answers the same.
     assert [r.run_id for r in index.runs(limit=3)] == [r.run_id for r in index.runs()[:3]]
-    shared = old[0].run_id[:4]  # the year: every run has it, so it is ambiguous
-    found, missing = index.find(["12", old[3].run_id[:-1], shared])
-    assert [r.job_id for r in found] == ["12", "13"] and missing == [shared]
+    found, missing = index.find(["12", old[3].run_id[:-1], old[0].run_id + "x"])
+    assert [r.job_id for r in found] == ["12", "13"] and missing == [old[0].run_id + "x"]
     # A change to an archived run is a journal line that wins over the archive.
     index.update_states([(found[0], "COMPLETED", "cancel requested")])
     again = Index(tmp_path)

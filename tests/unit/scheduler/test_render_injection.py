@@ -53,7 +53,7 @@ def test_new_options_render_as_directives(tmp_path: Path) -> None:
         "#SBATCH --exclude=node2",
         "#SBATCH --nodelist=node1",
         "#SBATCH --begin=now",
-        '#SBATCH --comment="hostile test run"',
+        '#SBATCH --comment="hpctrain-run=run hostile test run"',  # the run id, then the user's comment
         "#SBATCH --mail-type=END,FAIL",
         "#SBATCH --mail-user=nobody@example.org",
         "#SBATCH --hint=nomultithread",

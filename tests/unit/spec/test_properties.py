@@ -180,10 +180,11 @@ def sbatch_block(script: str) -> list[str]:
 def expected_directives(resolved: spec.Resolved) -> int:
     """How many #SBATCH lines the spec asks for, counted from the spec itself (not from render)."""
     job, res = resolved.job, resolved.job.resources
-    whole = 6 + sum(
+    # 7: the comment is always there, carrying the run id (and the job's own comment after it).
+    whole = 7 + sum(
         bool(v)
         for v in (res.account, res.qos, job.array, job.dependency, res.reservation, res.licenses, job.begin,
-                  job.comment, job.mail_type, job.mail_user, job.restart.max)
+                  job.mail_type, job.mail_user, job.restart.max)
     )  # fmt: skip
     workers = 4 + sum(
         bool(v)

@@ -1,0 +1,123 @@
+"""Symbolic links planted in a run directory: readers do not follow them; logs, status and report refuse."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpctrain.rundir import (
+    NOT_FOLLOWED,
+    RunDir,
+    Unreadable,
+    leaves,
+    read_at,
+    read_json,
+    tail_lines,
+    whole_lines,
+)
+from hpctrain.rundir.structs import Result
+from hpctrain.runs.index import Index, Run
+from hpctrain.scheduler.base import JobState
+
+REPO = Path(__file__).resolve().parents[3]
+SECRET = "TOPSECRET-0123456789"
+
+
+@pytest.fixture
+def secret(tmp_path: Path) -> Path:
+    path = tmp_path / "shadow"
+    path.write_text(f'{{"{SECRET}": 1}}\n{SECRET}\n')
+    return path
+
+
+def test_the_readers_do_not_follow_a_link(tmp_path: Path, secret: Path) -> None:
+    link = tmp_path / "result.json"
+    link.symlink_to(secret)
+    found = read_json(link, Result)
+    assert isinstance(found, Unreadable) and found.reason == NOT_FOLLOWED
+    assert tail_lines(link, 5) == [] and list(whole_lines(link)) == [] and read_at(link, 0, 100) is None
+    assert read_at(secret, 0, 100) is not None  # the file itself reads
+
+
+def test_leaves_names_links_and_folders_that_lead_out(tmp_path: Path, secret: Path) -> None:
+    run = RunDir(tmp_path / "run")
+    run.logs.mkdir(parents=True)
+    run.batch_log.write_text("ok\n")
+    assert leaves(run.root, run.batch_log) is None and leaves(run.root, run.rank_log(0)) is None
+    run.rank_log(1).symlink_to(secret)
+    assert leaves(run.root, run.rank_log(1)) == NOT_FOLLOWED
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (outside / "batch.log").write_text(SECRET)
+    (run.root / "array-0").mkdir()
+    (run.root / "array-0" / "logs").symlink_to(outside)
+    assert "leads out" in (leaves(run.root, run.root / "array-0" / "logs" / "batch.log") or "")
+
+
+def tracked(home: Path, secret: Path, links: list[str]) -> Run:
+    index = Index(home)
+    run_id, run_dir = index.new_run_dir("linked")
+    for name in links:
+        (run_dir / name).symlink_to(secret)
+    now = time.time()
+    run = Run(
+        run_id=run_id,
+        job_id="999997",
+        name="linked",
+        site="local",
+        backend="local",
+        run_dir=run_dir,
+        submitted_at=now,
+        state=JobState.FAILED,
+        state_at=now,
+    )
+    index.add(run)
+    return run
+
+
+def hpctrain(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "hpctrain.cli.main", *argv],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "HPCTRAIN_HOME": str(home), "PYTHONPATH": str(REPO)},
+        timeout=120,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("argv", [["logs"], ["logs", "-n", "5"], ["logs", "--all-ranks"]])
+def test_logs_refuses_a_linked_log_in_one_line(tmp_path: Path, secret: Path, argv: list[str]) -> None:
+    run = tracked(tmp_path / "home", secret, ["logs/batch.log", "logs/rank-0.log"])
+    done = hpctrain(tmp_path / "home", *argv, run.run_id)
+    assert SECRET not in done.stdout + done.stderr
+    assert done.returncode == 1 and done.stderr.count("\n") == 1 and NOT_FOLLOWED in done.stderr
+
+
+def test_logs_refuses_a_linked_folder_that_leads_out(tmp_path: Path) -> None:
+    run = tracked(tmp_path / "home", tmp_path, [])
+    (tmp_path / "batch.log").write_text(SECRET)
+    os.rmdir(run.run_dir / "logs")
+    (run.run_dir / "logs").symlink_to(tmp_path)
+    done = hpctrain(tmp_path / "home", "logs", run.run_id)
+    assert SECRET not in done.stdout and done.returncode == 1 and "leads out" in done.stderr
+
+
+@pytest.mark.parametrize("verb", ["status", "report"])
+def test_status_and_report_name_the_link_and_show_nothing_of_its_target(
+    tmp_path: Path, secret: Path, verb: str
+) -> None:
+    links = ["logs/batch.log", "logs/rank-0.log", "metrics.jsonl", "result.json", "spec.json"]
+    run = tracked(tmp_path / "home", secret, links)
+    done = hpctrain(tmp_path / "home", verb, run.run_id)
+    assert done.returncode == 0, done.stderr
+    written = (
+        "".join(p.read_text() for p in (run.run_dir / "report").glob("*.md")) if verb == "report" else ""
+    )
+    assert SECRET not in done.stdout + done.stderr + written
+    assert f"result.json: unreadable ({NOT_FOLLOWED})" in done.stdout or NOT_FOLLOWED in written
