@@ -33,6 +33,11 @@ class JobState(str, enum.Enum):
     SUBMIT_FAILED = "SUBMIT_FAILED"
     """hpctrain's own: the scheduler never took the job (a run that is recorded, never polled)."""
 
+    def __str__(self) -> str:  # printed as Slurm writes it, in tables and messages alike
+        return self.value
+
+    __format__ = str.__format__
+
     @property
     def terminal(self) -> bool:
         """A state the job cannot leave (so its answer can be cached instead of asked again)."""

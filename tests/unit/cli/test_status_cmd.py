@@ -241,17 +241,18 @@ def test_a_job_you_cancelled_is_one_line_that_says_so(home: Path, monkeypatch: p
 
 
 def test_a_long_reason_is_cut_at_a_word_and_kept_whole_in_json_and_record(home: Path) -> None:
-    from hpctrain.runs.index import SUBMIT_FAILED, Index
+    from hpctrain.runs.index import Index
+    from hpctrain.scheduler.base import JobState
 
     reason = (
         "sbatch failed: sbatch: error: Batch job submission failed: "
         "Invalid account or account/partition combination specified"
     )
-    run = track(home, "", SUBMIT_FAILED)
+    run = track(home, "", JobState.SUBMIT_FAILED)
     index = Index(home)
-    index.update_states((r, SUBMIT_FAILED, reason) for r in index.runs())
+    index.update_states((r, JobState.SUBMIT_FAILED, reason) for r in index.runs())
     [row] = [
-        line for line in status().stdout.splitlines() if SUBMIT_FAILED in line and "not submitted" not in line
+        line for line in status().stdout.splitlines() if "SUBMIT_FAILED" in line and "not submitted" not in line
     ]
     cell = row[row.index("sbatch failed") :].rsplit("  ", 1)[0].strip()
     assert cell.endswith("…") and reason.startswith(cell[:-1]) and reason[len(cell) - 1] == " ", cell

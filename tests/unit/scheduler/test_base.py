@@ -125,3 +125,9 @@ def test_an_array_the_queue_lists_in_part_is_completed_from_accounting() -> None
         merge_component(whole, JobInfo("6", JobState.RUNNING), f"6_{element}")
     assert incomplete_arrays(whole, {"6": 3}) == set()
     assert merged.state is JobState.RUNNING and merged.element_reasons == {"[3-4]": "JobArrayTaskLimit"}
+
+
+def test_a_state_prints_as_slurm_writes_it() -> None:
+    """Tables and messages format states with f-strings: `JobState.FAILED` there once hid the state."""
+    for state in JobState:
+        assert f"{state}" == str(state) == state.value and f"{state:>14}" == f"{state.value:>14}"
