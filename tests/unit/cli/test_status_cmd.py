@@ -252,7 +252,9 @@ def test_a_long_reason_is_cut_at_a_word_and_kept_whole_in_json_and_record(home: 
     index = Index(home)
     index.update_states((r, JobState.SUBMIT_FAILED, reason) for r in index.runs())
     [row] = [
-        line for line in status().stdout.splitlines() if "SUBMIT_FAILED" in line and "not submitted" not in line
+        line
+        for line in status().stdout.splitlines()
+        if "SUBMIT_FAILED" in line and "not submitted" not in line
     ]
     cell = row[row.index("sbatch failed") :].rsplit("  ", 1)[0].strip()
     assert cell.endswith("…") and reason.startswith(cell[:-1]) and reason[len(cell) - 1] == " ", cell
