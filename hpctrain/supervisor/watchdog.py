@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
+from hpctrain.rundir.attempts import where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
 from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
 from hpctrain.spec.job import Watchdog
@@ -94,20 +95,21 @@ def diagnose(ranks: list[Seen], waits: dict[int, str]) -> tuple[list[Seen], list
 
 
 def _rank_text(seen: Seen) -> str:
-    detail = f"phase {seen.phase}"
+    detail = seen.phase
     if not seen.responsive:
         detail += f"; not responding for {seen.silent_s:.0f} s"
-    return f"rank {seen.rank} on {seen.node} at step {seen.step} ({detail})"
+    return f"rank {seen.rank} on {seen.node} hung {where_in_training(seen.step)} ({detail})"
 
 
 def _wait_text(seen: Seen, waits: dict[int, str]) -> str:
     if waits.get(seen.rank):
-        return waits[seen.rank]
+        return f"the {waits[seen.rank]}"
     return "a collective" if seen.phase == "collective" else f"phase {seen.phase}"
 
 
 def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str:
-    """ "rank 2 on node2 at step 130 (phase backward), other ranks waiting in all-reduce"."""
+    """ "rank 2 on node2 hung at step 130 (backward), others waiting in the all-reduce"; a rank that
+    has not finished its first step hung "during start-up"."""
     text = ", ".join(_rank_text(r) for r in hung[:SHOWN_RANKS])
     if len(hung) > SHOWN_RANKS:
         text += f" and {len(hung) - SHOWN_RANKS} more ranks"
@@ -117,11 +119,11 @@ def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str
     for seen in waiting:
         places.setdefault(_wait_text(seen, waits), []).append(seen.rank)
     if len(places) == 1:
-        return f"{text}, other ranks waiting in {next(iter(places))}"
+        return f"{text}, others waiting in {next(iter(places))}"
     groups = "; ".join(
         f"{', '.join(map(str, ranks[:SHOWN_RANKS]))} in {place}" for place, ranks in places.items()
     )
-    return f"{text}, other ranks waiting (ranks {groups})"
+    return f"{text}, others waiting (ranks {groups})"
 
 
 # ----------------------------------------------------------------------------------------------
