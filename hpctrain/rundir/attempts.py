@@ -132,6 +132,20 @@ class History:
                 out += [node for node in named if node not in out]
         return out
 
+    def lost_nodes(self) -> list[str]:
+        """Nodes excluded only because their slurmd stopped answering: the ones a job grows back
+        onto once they answer again (a node blamed twice or failed by preflight stays out)."""
+        excluded = set(self.excluded(True))
+        other = {
+            node
+            for line in self.ends
+            if line.outcome != Outcome.NODE_FAILURE
+            for node in line.failed_nodes
+            if node in excluded
+        }
+        lost = [n for line in self.ends if line.outcome == Outcome.NODE_FAILURE for n in line.failed_nodes]
+        return [node for node in dict.fromkeys(lost) if node not in other]
+
     def failure_signatures(self) -> set[str]:
         return {
             signature(line.step, line.error) for line in self.ends if line.outcome == Outcome.RANK_FAILURE

@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +50,15 @@ from hpctrain.rundir.attempts import (
     where_in_training,
 )
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
-from hpctrain.scheduler.slurm.nodes import answers, down_nodes, hostnames, is_dead, job_record, node_records
+from hpctrain.scheduler.slurm.nodes import (
+    answers,
+    down_nodes,
+    hostnames,
+    is_dead,
+    job_record,
+    node_records,
+    slurmd_unreachable,
+)
 from hpctrain.spec.job import Restart
 from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
@@ -191,11 +200,13 @@ def decide(
     allocation: list[str],
     planned: int,
     status: int = 1,
+    back: Collection[str] = (),
 ) -> Decision:
     """What comes after `last` (already in `history`; None: the allocation's first attempt).
 
     `allocation` holds the nodes of the allocation that answer, `planned` the nodes the job asked
-    for, `status` the step's exit status (the job's, when it fails).
+    for, `status` the step's exit status (the job's, when it fails), `back` the lost nodes that
+    answer again: a requeue no longer excludes them, so a shrunk job grows back.
     """
     code = status or 1
     if last is not None:
@@ -208,8 +219,9 @@ def decide(
         fault = last.outcome in FAULTS
         if fault and (last.outcome not in policy.on or budget_spent(history, policy_of(policy))):
             return Decision("fail", code)
-    excluded = history.excluded(policy.exclude_failed_nodes)
     lost = set(last.failed_nodes) if last is not None and last.outcome == Outcome.NODE_FAILURE else set()
+    returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
+    excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
     if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
@@ -229,6 +241,21 @@ def allocation_nodes(job_ref: str) -> list[str]:
     """The job's nodes now (with --no-kill Slurm drops a lost node from the allocation)."""
     nodes = hostnames(job_record(job_ref).get("NodeList", ""))
     return nodes or hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+
+
+def answering_again(nodes: list[str]) -> list[str]:
+    """Nodes outside the allocation that Slurm could schedule again: not DOWN, DRAINED or not
+    responding, and their slurmd accepts a connection."""
+    if not nodes:
+        return []
+    records = node_records(nodes)
+    return [
+        node
+        for node in nodes
+        if node in records
+        and not is_dead(records[node].get("State", "DOWN"))
+        and not slurmd_unreachable(node, records[node])
+    ]
 
 
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
@@ -363,7 +390,8 @@ class Job:
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
-        decision = decide(history, last, self.policy, allocation, self.planned, status)
+        back = answering_again(history.lost_nodes()) if last is not None else []
+        decision = decide(history, last, self.policy, allocation, self.planned, status, back)
         if last is not None:
             why = f" ({last.reason})" if last.reason else ""
             print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr)

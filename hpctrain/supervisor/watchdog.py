@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
-from hpctrain.rundir.attempts import where_in_training
+from hpctrain.rundir.attempts import History, where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
 from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
 from hpctrain.spec.job import Watchdog
-from hpctrain.supervisor import hang_rule, stacks
+from hpctrain.supervisor import hang_rule, stacks, supervise
 from hpctrain.supervisor.hang_rule import Seen
 
 GONE_GRACE_S = 2.0
@@ -67,6 +67,9 @@ class Context:
     node: str
     signum: signal.Signals
     started: float = field(default_factory=time.time)
+    missing: list[str] = field(default_factory=list)
+    """Lost nodes this (shrunk) attempt runs without; when one answers again, the job checkpoints
+    and requeues to grow back onto it (empty: not shrunk, or no requeue to grow back with)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -275,6 +278,17 @@ def ranks_gone(
     return True
 
 
+def grow_back(ctx: Context) -> bool:
+    """A shrunk attempt whose lost node answers again: ask the runtime to checkpoint at its next step
+    and requeue (the preemption path), so that the next allocation has every node again (True)."""
+    back = supervise.answering_again(ctx.missing)
+    if not back:
+        return False
+    say(f"{', '.join(back)} answer(s) again: checkpointing and requeueing to grow back onto every node")
+    ctx.run.preempt_flag.touch()
+    return True
+
+
 def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
     """Read the heartbeats every `poll_s`; look for failure reports and the step's end every tick."""
     samples: dict[tuple[int, int], float] = {}
@@ -284,8 +298,13 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
     beats: list[Heartbeat] = []
     silent: list[str] = []
     next_read = 0.0
+    next_grow_check = time.time() + REPROBE_S
     while running(step_pid):
         now = time.time()
+        if ctx.missing and now >= next_grow_check:
+            next_grow_check = now + REPROBE_S
+            if grow_back(ctx):
+                ctx.missing = []
         if now >= next_read:
             next_read = now + poll_s
             beats = this_attempt(ctx, ctx.run.read_heartbeats())
@@ -334,14 +353,26 @@ def context_from_env() -> Context:
         raise SystemExit("hpctrain.supervisor.watchdog: HPCTRAIN_RUN_DIR is not set")
     run = RunDir(Path(value).resolve())
     resolved = spec.loads(run.spec.read_bytes())
+    attempt = slots.current_attempt()
     return Context(
         run=run,
         settings=resolved.job.watchdog,
-        attempt=slots.current_attempt(),
+        attempt=attempt,
         job_id=os.environ.get("SLURM_JOB_ID", ""),
         node=os.environ.get("SLURMD_NODENAME", "") or socket.gethostname(),
         signum=slots.stack_signal(resolved.preemption.signal),
+        missing=missing_nodes(History.read(run), attempt, resolved.job.resources.nodes)
+        if resolved.preemption.requeue
+        else [],
     )
+
+
+def missing_nodes(history: History, attempt: int, planned: int) -> list[str]:
+    """The lost nodes a shrunk attempt runs without (those a requeue would grow back onto)."""
+    start = history.start_of(attempt)
+    if start is None or len(start.nodes) >= planned:
+        return []
+    return [node for node in history.lost_nodes() if node not in start.nodes]
 
 
 def main(argv: list[str] | None = None) -> int:

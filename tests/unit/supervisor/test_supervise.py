@@ -373,3 +373,22 @@ def test_the_batch_log_says_what_status_says(tmp_path: Path, monkeypatch, capsys
     logged = capsys.readouterr().err
     assert f"hpctrain: fail; {summary_line(summary)}" in logged, logged
     assert "restart budget (1) spent; last failure: rank 1 on node2: F" in logged
+
+
+def test_a_shrunk_job_grows_back_at_its_requeue_once_the_node_answers() -> None:
+    """Item 11: a node excluded because it stopped answering is not excluded once it answers again;
+    a node lost just now, or blamed twice, stays out."""
+    lines = [start(0), end(0, "node_failure", ["node2"]), start(1, ["node1"]), end(1, "preempted")]
+    history = History(lines)
+    assert history.lost_nodes() == ["node2"]
+    assert decide(history, history.ends[-1], Restart(), ["node1"], 2) == Decision(
+        "requeue", exclude=("node2",)
+    )
+    grown = decide(history, history.ends[-1], Restart(), ["node1"], 2, back=["node2"])
+    assert grown == Decision("requeue")
+    just_lost = History(lines[:2])
+    assert decide(just_lost, just_lost.ends[-1], Restart(shrink=False), NODES, 2, back=["node2"]) == Decision(
+        "requeue", exclude=("node2",)
+    )
+    blamed = History([*lines[:2], start(1), end(1, "hang", ["node2"]), start(2), end(2, "hang", ["node2"])])
+    assert blamed.lost_nodes() == [] and "node2" in blamed.excluded(True)

@@ -464,3 +464,26 @@ def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
         step.wait()
     assert looks and not ended
     assert not run.hang_report.exists()
+
+
+def test_a_shrunk_attempt_asks_to_grow_back_when_its_lost_node_answers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23 item 11: the watchdog of a shrunk attempt turns a returned node into a checkpoint
+    and a requeue (the preemption flag), once."""
+    from hpctrain.rundir import AttemptLine
+    from hpctrain.rundir.attempts import History
+    from hpctrain.supervisor import supervise, watchdog
+
+    lines = [
+        AttemptLine(attempt=0, event="start", time=1.0, nodes=["node1", "node2"]),
+        AttemptLine(attempt=0, event="end", time=2.0, outcome="node_failure", failed_nodes=["node2"]),
+        AttemptLine(attempt=1, event="start", time=3.0, nodes=["node1"]),
+    ]
+    history = History(lines)
+    assert watchdog.missing_nodes(history, 1, planned=2) == ["node2"]
+    assert watchdog.missing_nodes(history, 0, planned=2) == []
+    run = RunDir(tmp_path)
+    ctx = Context(run, Watchdog(), 1, "7", "node1", signal.SIGUSR2, missing=["node2"])
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
+    assert not watchdog.grow_back(ctx) and not run.preempt_flag.exists()
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: list(nodes))
+    assert watchdog.grow_back(ctx) and run.preempt_flag.exists()
