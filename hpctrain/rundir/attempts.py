@@ -114,13 +114,19 @@ class History:
             count += 1
         return count
 
-    def excluded(self, exclude_failed_nodes: bool) -> list[str]:
-        """Nodes never to run on again, in order, only on evidence: preflight failed there (always),
-        or (when asked) its slurmd stopped answering, or it was blamed for a hang or a rank failure
-        a second time. One hung or killed process is no evidence against its node."""
-        out: list[str] = []
+    def exclusions(self, exclude_failed_nodes: bool) -> dict[str, str]:
+        """Nodes never to run on again, in order, each with the outcome that excluded it; only on
+        evidence: preflight failed there (always), or (when asked) its slurmd stopped answering, or
+        it was blamed for a hang or a rank failure a second time. One hung or killed process is no
+        evidence against its node. A node that a later attempt runs on was let back in (a lost
+        node that answered again at a requeue)."""
+        out: dict[str, str] = {}
         blamed: dict[str, int] = {}
-        for line in self.ends:
+        for line in self.lines:
+            if line.event == "start":
+                for node in line.nodes:
+                    out.pop(node, None)
+                continue
             named = list(line.failed_nodes)
             if line.outcome in PROCESS_FAULTS:
                 for node in named:
@@ -129,22 +135,19 @@ class History:
             elif line.outcome not in (Outcome.PREFLIGHT, Outcome.NODE_FAILURE):
                 continue
             if line.outcome == Outcome.PREFLIGHT or exclude_failed_nodes:
-                out += [node for node in named if node not in out]
+                for node in named:
+                    if out.get(node) in (None, Outcome.NODE_FAILURE):  # stronger evidence wins
+                        out[node] = line.outcome
         return out
+
+    def excluded(self, exclude_failed_nodes: bool) -> list[str]:
+        """The nodes of :meth:`exclusions`, in order."""
+        return list(self.exclusions(exclude_failed_nodes))
 
     def lost_nodes(self) -> list[str]:
         """Nodes excluded only because their slurmd stopped answering: the ones a job grows back
         onto once they answer again (a node blamed twice or failed by preflight stays out)."""
-        excluded = set(self.excluded(True))
-        other = {
-            node
-            for line in self.ends
-            if line.outcome != Outcome.NODE_FAILURE
-            for node in line.failed_nodes
-            if node in excluded
-        }
-        lost = [n for line in self.ends if line.outcome == Outcome.NODE_FAILURE for n in line.failed_nodes]
-        return [node for node in dict.fromkeys(lost) if node not in other]
+        return [node for node, why in self.exclusions(True).items() if why == Outcome.NODE_FAILURE]
 
     def failure_signatures(self) -> set[str]:
         return {

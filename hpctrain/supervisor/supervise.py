@@ -206,7 +206,7 @@ def decide(
 
     `allocation` holds the nodes of the allocation that answer, `planned` the nodes the job asked
     for, `status` the step's exit status (the job's, when it fails), `back` the lost nodes that
-    answer again: a requeue no longer excludes them, so a shrunk job grows back.
+    answer again: no longer excluded, so a shrunk job's requeue grows back onto them.
     """
     code = status or 1
     if last is not None:
@@ -390,7 +390,7 @@ class Job:
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
-        back = answering_again(history.lost_nodes()) if last is not None else []
+        back = answering_again(history.lost_nodes())
         decision = decide(history, last, self.policy, allocation, self.planned, status, back)
         if last is not None:
             why = f" ({last.reason})" if last.reason else ""

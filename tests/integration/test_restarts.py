@@ -442,3 +442,55 @@ def test_a_taken_rendezvous_port_costs_no_restart(hpctrain_home: Path, tmp_path:
         for sock in held:
             sock.close()
         subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.skipif(
+    os.environ.get("HPCTRAIN_DISRUPTIVE") != "1",
+    reason="kills node2's slurmd: set HPCTRAIN_DISRUPTIVE=1 on a cluster no one else uses",
+)
+def test_a_shrunk_job_grows_back_once_its_node_answers(hpctrain_home: Path, tmp_path: Path) -> None:
+    """Issue 23 item 11: a 2 x 2 job loses node2 and goes on shrunk on node1 (status says so); once
+    node2 is back, the watchdog checkpoints and requeues, and the job finishes on both nodes."""
+    train = {"steps": 2000, "checkpoint_every": 20, "eval_every": 0, "options": {"delay_s": 0.05}}
+    path = job_file(
+        tmp_path,
+        "restart-grow",
+        train,
+        resources={"nodes": 2, "tasks_per_node": 2, "nodelist": ["node1", "node2"], "time": "00:20:00"},
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
+            run
+        )
+        faults.kill_node("node2")
+        killed = time.time()
+
+        def shrunk() -> bool:
+            starts = [line for line in History.read(RunDir(run)).lines if line.event == "start"]
+            return len(starts) >= 2 and starts[-1].nodes == ["node1"]
+
+        assert wait_for(shrunk, timeout=240), logs(run)
+        assert "running shrunk on 1 of 2 nodes (node1)" in status_text(job_id)
+        faults.recover_nodes()
+        recovered = time.time()
+        final = wait_state(job_id, set(), timeout=900)
+        assert final["state"] == "COMPLETED", logs(run)
+        history = History.read(RunDir(run))
+        starts = [line for line in history.lines if line.event == "start"]
+        assert starts[-1].nodes == ["node1", "node2"] and starts[-1].world_size == 4, starts
+        assert [o for o, _ in ends(run)][:2] == ["node_failure", "preempted"], ends(run)
+        result = json.loads((run / "result.json").read_text())
+        assert result["step"] == 2000 and result["world_size"] == 4, result
+        assert events(run, "grew"), "no grew event"
+        grown = starts[-1].time
+        print(
+            f"\nnode2 lost, shrunk after {starts[1].time - killed:.0f} s; node2 recovered after "
+            f"{recovered - killed:.0f} s; training on both nodes again {grown - recovered:.0f} s later"
+        )
+        assert "excluded" not in status_text(job_id)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+        faults.recover_nodes()

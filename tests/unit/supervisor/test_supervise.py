@@ -86,7 +86,7 @@ def test_a_lost_node_shrinks_or_requeues_without_it() -> None:
 
 
 def test_preemption_and_preflight_requeue_without_counting_a_restart() -> None:
-    history = History([start(0), end(0, "preflight", ["node1"]), start(1), end(1, "preempted")])
+    history = History([start(0), end(0, "preflight", ["node1"]), start(1, ["node2", "node3"]), end(1, "preempted")])
     assert decide(history, history.ends[-1], Restart(max=0), NODES, 2) == Decision(
         "requeue", exclude=("node1",)
     )
@@ -194,7 +194,7 @@ def test_summary_line_and_run_summary(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     for line in [start(0), end(0, "hang", ["node2"], step=130), start(1), end(1, "node_failure", ["node2"])]:
         append_line(run.attempts, line)
-    append_line(run.attempts, start(2))
+    append_line(run.attempts, start(2, ["node1"]))
     run.attempts.open("ab").write(b'{"torn": \n')
     summary = run_summary(run)
     assert summary is not None
@@ -202,7 +202,7 @@ def test_summary_line_and_run_summary(tmp_path: Path) -> None:
         "restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2; "
         "last failure: node_failure node2"
     )
-    assert History.read(run).open_attempt() == start(2)
+    assert History.read(run).open_attempt() == start(2, ["node1"])
     assert run_summary(RunDir(tmp_path / "none")) is None
 
 
@@ -386,6 +386,10 @@ def test_a_shrunk_job_grows_back_at_its_requeue_once_the_node_answers() -> None:
     )
     grown = decide(history, history.ends[-1], Restart(), ["node1"], 2, back=["node2"])
     assert grown == Decision("requeue")
+    # The next allocation's first attempt runs on both nodes, and from then on node2 is in again.
+    full = decide(history, None, Restart(), NODES, 2, back=["node2"])
+    assert full == Decision("launch", nodes=("node1", "node2"))
+    assert History([*lines, start(2)]).excluded(True) == []
     just_lost = History(lines[:2])
     assert decide(just_lost, just_lost.ends[-1], Restart(shrink=False), NODES, 2, back=["node2"]) == Decision(
         "requeue", exclude=("node2",)
