@@ -86,7 +86,8 @@ def test_a_lost_node_shrinks_or_requeues_without_it() -> None:
 
 
 def test_preemption_and_preflight_requeue_without_counting_a_restart() -> None:
-    history = History([start(0), end(0, "preflight", ["node1"]), start(1, ["node2", "node3"]), end(1, "preempted")])
+    lines = [start(0), end(0, "preflight", ["node1"]), start(1, ["node2", "node3"]), end(1, "preempted")]
+    history = History(lines)
     assert decide(history, history.ends[-1], Restart(max=0), NODES, 2) == Decision(
         "requeue", exclude=("node1",)
     )
