@@ -218,7 +218,9 @@ def summarize(
     starts = [line for line in history.lines if line.event == "start"]
     shrunk = ""
     if planned_nodes and starts and len(starts[-1].nodes) < planned_nodes:
-        shrunk = f"{len(starts[-1].nodes)} of {planned_nodes} nodes ({','.join(starts[-1].nodes)})"
+        verb = "running" if history.open_attempt() is starts[-1] else "ended"
+        nodes = ",".join(starts[-1].nodes)
+        shrunk = f"{verb} shrunk on {len(starts[-1].nodes)} of {planned_nodes} nodes ({nodes})"
     return RestartSummary(
         restarts=sum(1 for line in faults if retried(history, line, policy)),
         max=policy.max,
@@ -243,7 +245,7 @@ def summary_line(summary: RestartSummary) -> str:
     if summary.excluded:
         text += f", excluded: {','.join(summary.excluded)}"
     if summary.shrunk:
-        text += f"; running shrunk on {summary.shrunk}"
+        text += f"; {summary.shrunk}"
     if summary.budget_spent:
         text += f"; restart budget ({summary.max}) spent"
     if summary.last_failure:

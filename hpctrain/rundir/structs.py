@@ -233,7 +233,8 @@ class RestartSummary(msgspec.Struct, kw_only=True):
     budget_spent: bool = False
     """The latest fault found no restart left."""
     shrunk: str = ""
-    """`1 of 2 nodes (node1)` when the latest attempt runs on fewer nodes than the job asked for."""
+    """`running shrunk on 1 of 2 nodes (node1)` (or `ended shrunk on ...`) when the latest attempt ran
+    on fewer nodes than the job asked for."""
 
 
 class Run(msgspec.Struct, kw_only=True, omit_defaults=True):

@@ -400,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # this node's slot files (other nodes' go with their /dev/shm, or stay: 16 KiB each)
         for beat in this_attempt(ctx, ctx.run.read_heartbeats()):
             slots.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
+        # On the way out already: the batch script's SIGTERM must not raise SystemExit inside the
+        # interpreter's shutdown (a traceback in the batch log, seen after a step that ended early).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

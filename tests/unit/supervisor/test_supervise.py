@@ -341,6 +341,8 @@ def test_status_says_when_a_job_runs_shrunk() -> None:
     text = summary_line(summarize(history, policy_of(Restart()), 2))
     assert "; running shrunk on 1 of 2 nodes (node1)" in text
     assert "shrunk" not in summary_line(summarize(history, policy_of(Restart()), 1))
+    ended = History([*history.lines, end(1, "completed")])
+    assert "; ended shrunk on 1 of 2 nodes (node1)" in summary_line(summarize(ended, policy_of(Restart()), 2))
 
 
 def test_a_rendezvous_port_in_use_is_retried_without_a_restart() -> None:
