@@ -1,7 +1,8 @@
 """The restart history of a run (attempts.jsonl), read alike inside the allocation and on the login node.
 
 Torch-free and free of Slurm calls: ``hpctrain.supervisor.supervise`` decides with it, ``hpctrain status``
-shows it ("restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2").
+shows it ("restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2; last failure: ...").
+The batch log prints the same line (:func:`summary_line`), so the two never disagree.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Outcome(str, Enum):  # enum.StrEnum from Python 3.11 on; the package still
     NODE_FAILURE = "node_failure"
     PREFLIGHT = "preflight"
     """Preflight found bad nodes: requeued without them, never counted as a restart."""
+    LAUNCH = "launch"
+    """The launch itself failed (the rendezvous port was taken): retried on another port, never
+    counted as a restart."""
     FAILED = "failed"
     """Not retried (a repeated bug, a fault restart.on leaves out, the budget spent)."""
 
@@ -44,8 +48,12 @@ class Outcome(str, Enum):  # enum.StrEnum from Python 3.11 on; the package still
 
 FAULTS = (Outcome.HANG, Outcome.RANK_FAILURE, Outcome.NODE_FAILURE)
 """The outcomes that use a restart: the values the spec's `restart.on` may list."""
-NODE_FAULTS = (Outcome.HANG, Outcome.NODE_FAILURE)
-"""Outcomes whose failed nodes go into ExcNodeList (with restart.exclude_failed_nodes; preflight always)."""
+PROCESS_FAULTS = (Outcome.HANG, Outcome.RANK_FAILURE)
+"""Faults of a process, not evidence against its node: the node is excluded only when it is blamed twice."""
+BLAMES_BEFORE_EXCLUSION = 2
+MAX_LAUNCH_RETRIES = 5
+"""Launch faults in a row (ports taken) after which the job fails: something else holds every port."""
+START_UP = "during start-up"
 
 # attempts.jsonl is read from its tail: two lines per attempt, so the last 512 attempts count.
 HISTORY_LINES = 1024
@@ -94,16 +102,52 @@ class History:
         return max((line.attempt for line in self.lines), default=-1) + 1
 
     def restarts(self) -> list[AttemptLine]:
-        """The ends that were faults (each one used one restart of restart.max)."""
+        """The ends that were faults (each one asks for one restart of restart.max)."""
         return [line for line in self.ends if line.outcome in FAULTS]
 
-    def excluded(self, exclude_failed_nodes: bool) -> list[str]:
-        """Nodes never to run on again: those of node faults (when asked) and of preflight, in order."""
-        out: list[str] = []
-        for line in self.ends:
-            if line.outcome == Outcome.PREFLIGHT or (exclude_failed_nodes and line.outcome in NODE_FAULTS):
-                out += [node for node in line.failed_nodes if node not in out]
+    def launch_retries(self) -> int:
+        """Launch faults since the last attempt that got past its launch."""
+        count = 0
+        for line in reversed(self.ends):
+            if line.outcome != Outcome.LAUNCH:
+                break
+            count += 1
+        return count
+
+    def exclusions(self, exclude_failed_nodes: bool) -> dict[str, str]:
+        """Nodes never to run on again, in order, each with the outcome that excluded it; only on
+        evidence: preflight failed there (always), or (when asked) its slurmd stopped answering, or
+        it was blamed for a hang or a rank failure a second time. One hung or killed process is no
+        evidence against its node. A node that a later attempt runs on was let back in (a lost
+        node that answered again at a requeue)."""
+        out: dict[str, str] = {}
+        blamed: dict[str, int] = {}
+        for line in self.lines:
+            if line.event == "start":
+                for node in line.nodes:
+                    out.pop(node, None)
+                continue
+            named = list(line.failed_nodes)
+            if line.outcome in PROCESS_FAULTS:
+                for node in named:
+                    blamed[node] = blamed.get(node, 0) + 1
+                named = [node for node in named if blamed[node] >= BLAMES_BEFORE_EXCLUSION]
+            elif line.outcome not in (Outcome.PREFLIGHT, Outcome.NODE_FAILURE):
+                continue
+            if line.outcome == Outcome.PREFLIGHT or exclude_failed_nodes:
+                for node in named:
+                    if out.get(node) in (None, Outcome.NODE_FAILURE):  # stronger evidence wins
+                        out[node] = line.outcome
         return out
+
+    def excluded(self, exclude_failed_nodes: bool) -> list[str]:
+        """The nodes of :meth:`exclusions`, in order."""
+        return list(self.exclusions(exclude_failed_nodes))
+
+    def lost_nodes(self) -> list[str]:
+        """Nodes excluded only because their slurmd stopped answering: the ones a job grows back
+        onto once they answer again (a node blamed twice or failed by preflight stays out)."""
+        return [node for node, why in self.exclusions(True).items() if why == Outcome.NODE_FAILURE]
 
     def failure_signatures(self) -> set[str]:
         return {
@@ -115,38 +159,97 @@ class History:
         self.lines.append(line)
 
 
+def where_in_training(step: int | None) -> str:
+    """`at step 130`, or `during start-up` before the first step (the runtime's step -1)."""
+    if step is None:
+        return ""
+    return START_UP if step < 0 else f"at step {step}"
+
+
 def describe_end(line: AttemptLine) -> str:
-    """`hang at step 130`, `node_failure node2`, `rank_failure at step 40`."""
+    """`hang at step 130`, `node_failure node2`, `rank_failure during start-up`."""
     text = line.outcome
-    if line.failed_nodes and line.outcome != Outcome.HANG:
+    if line.failed_nodes and line.outcome not in PROCESS_FAULTS:
         text += " " + ",".join(line.failed_nodes)
-    if line.step is not None and line.outcome in (Outcome.HANG, Outcome.RANK_FAILURE):
-        text += f" at step {line.step}"
+    if line.outcome in PROCESS_FAULTS and where_in_training(line.step):
+        text += " " + where_in_training(line.step)
     return text
 
 
-def summarize(history: History, restart_max: int | None, exclude_failed_nodes: bool = True) -> RestartSummary:
+@dataclass(frozen=True)
+class Policy:
+    """The parts of restart: that the history is read with (spec.job.Restart has them too)."""
+
+    max: int | None = 3
+    on: tuple[str, ...] = tuple(fault.value for fault in FAULTS)
+    exclude_failed_nodes: bool = True
+
+
+def retried(history: History, line: AttemptLine, policy: Policy) -> bool:
+    """Whether the fault `line` (one of history.restarts()) is or will be followed by a restart:
+    it is in restart.on and within the budget (the first restart.max faults are)."""
+    faults = history.restarts()
+    number = next(i for i, fault in enumerate(faults) if fault is line) + 1
+    return line.outcome in policy.on and (policy.max is None or number <= policy.max)
+
+
+def budget_spent(history: History, policy: Policy) -> bool:
+    """The last fault found no restart left (restart.max faults were already restarted)."""
+    faults = history.restarts()
+    return policy.max is not None and len(faults) > policy.max
+
+
+def diagnosis(history: History, line: AttemptLine, policy: Policy) -> str:
+    """A fault in words, with where the hung ranks' stacks are (moved to failures/attempt-N/stacks/
+    when the attempt is retried, see supervise.set_aside_failures)."""
+    text = line.reason or describe_end(line)
+    if line.outcome == Outcome.HANG:
+        moved = retried(history, line, policy)
+        text += f"; stacks: failures/{f'attempt-{line.attempt}/' if moved else ''}stacks/"
+    return text
+
+
+def summarize(
+    history: History, policy: Policy | None = None, planned_nodes: int | None = None
+) -> RestartSummary:
+    policy = policy or Policy(max=None)
     faults = history.restarts()
     last = history.ends[-1] if history.ends else None
+    starts = [line for line in history.lines if line.event == "start"]
+    shrunk = ""
+    if planned_nodes and starts and len(starts[-1].nodes) < planned_nodes:
+        verb = "running" if history.open_attempt() is starts[-1] else "ended"
+        nodes = ",".join(starts[-1].nodes)
+        shrunk = f"{verb} shrunk on {len(starts[-1].nodes)} of {planned_nodes} nodes ({nodes})"
     return RestartSummary(
-        restarts=len(faults),
-        max=restart_max,
+        restarts=sum(1 for line in faults if retried(history, line, policy)),
+        max=policy.max,
         reasons=[describe_end(line) for line in faults],
-        excluded=history.excluded(exclude_failed_nodes),
+        excluded=history.excluded(policy.exclude_failed_nodes),
         attempts=history.next_attempt(),
         last_outcome=last.outcome if last else "",
         last_reason=last.reason if last else "",
+        last_failure=diagnosis(history, faults[-1], policy) if faults else "",
+        budget_spent=budget_spent(history, policy),
+        shrunk=shrunk,
     )
 
 
 def summary_line(summary: RestartSummary) -> str:
-    """`restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2`."""
+    """`restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2; last failure: ...`;
+    `status` and the batch log both print it."""
     of = f" of {summary.max}" if summary.max is not None else ""
     text = f"restarts: {summary.restarts}{of}"
     if summary.reasons:
         text += f" ({'; '.join(summary.reasons)})"
     if summary.excluded:
         text += f", excluded: {','.join(summary.excluded)}"
+    if summary.shrunk:
+        text += f"; {summary.shrunk}"
+    if summary.budget_spent:
+        text += f"; restart budget ({summary.max}) spent"
+    if summary.last_failure:
+        text += f"; last failure: {summary.last_failure}"
     if summary.last_outcome == Outcome.FAILED and summary.last_reason:
         text += f"; not retried: {summary.last_reason}"
     return text
@@ -154,11 +257,17 @@ def summary_line(summary: RestartSummary) -> str:
 
 class _RestartPart(msgspec.Struct, frozen=True):
     max: int = 3
+    on: list[str] = msgspec.field(default_factory=lambda: [fault.value for fault in FAULTS])
     exclude_failed_nodes: bool = True
+
+
+class _ResourcesPart(msgspec.Struct, frozen=True):
+    nodes: int | None = None
 
 
 class _JobPart(msgspec.Struct, frozen=True):
     restart: _RestartPart = _RestartPart()
+    resources: _ResourcesPart = _ResourcesPart()
 
 
 class _SpecPart(msgspec.Struct):
@@ -173,11 +282,16 @@ def run_summary(run: RunDir) -> RestartSummary | None:
     history = History.read(run)
     if not history.lines:
         return None
-    policy = restart_policy(run)
-    return summarize(history, policy.max, policy.exclude_failed_nodes)
+    job = _job_part(run)
+    policy = Policy(job.restart.max, tuple(job.restart.on), job.restart.exclude_failed_nodes)
+    return summarize(history, policy, job.resources.nodes)
+
+
+def _job_part(run: RunDir) -> _JobPart:
+    spec = read_json(run.spec, _SpecPart, max_bytes=4 * MAX_JSON_BYTES)
+    return spec.job if isinstance(spec, _SpecPart) else _JobPart()
 
 
 def restart_policy(run: RunDir) -> _RestartPart:
-    """The run's restart.max and restart.exclude_failed_nodes (defaults when spec.json is unreadable)."""
-    spec = read_json(run.spec, _SpecPart, max_bytes=4 * MAX_JSON_BYTES)
-    return spec.job.restart if isinstance(spec, _SpecPart) else _RestartPart()
+    """The run's restart settings (defaults when spec.json is unreadable)."""
+    return _job_part(run).restart

@@ -228,6 +228,13 @@ class RestartSummary(msgspec.Struct, kw_only=True):
     """How the latest attempt ended (as AttemptLine.outcome)."""
     last_reason: str = ""
     """Why, in words."""
+    last_failure: str = ""
+    """The latest fault's diagnosis in words (the watchdog's, for a hang, with where the stacks are)."""
+    budget_spent: bool = False
+    """The latest fault found no restart left."""
+    shrunk: str = ""
+    """`running shrunk on 1 of 2 nodes (node1)` (or `ended shrunk on ...`) when the latest attempt ran
+    on fewer nodes than the job asked for."""
 
 
 class Run(msgspec.Struct, kw_only=True, omit_defaults=True):

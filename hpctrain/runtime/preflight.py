@@ -42,7 +42,7 @@ from hpctrain.rundir import (
 from hpctrain.runtime import bootstrap
 
 EXIT_BAD_NODES = 3
-PORT_OFFSET = 20000  # the training uses MASTER_PORT; preflight stays clear of it
+PORT_OFFSET = 20000  # without HPCTRAIN_PREFLIGHT_PORT (set by the batch script): clear of MASTER_PORT
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
 # is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
 JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
@@ -273,7 +273,17 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
     started = time.perf_counter()
     facts = check_node(info, env)
     backend = "nccl" if facts.gpus_seen and torch.cuda.is_available() else "gloo"
-    bootstrap.init_process_group(info, backend, timeout_s=60)
+    try:
+        bootstrap.init_process_group(info, backend, timeout_s=60)
+    except Exception as error:
+        # A report the supervisor reads: a port that was taken (EADDRINUSE) is a fault of the
+        # launch, retried on another port without spending a restart.
+        run_dir = env.get("HPCTRAIN_RUN_DIR")
+        if run_dir:
+            from hpctrain.runtime.metrics import write_failure
+
+            write_failure(Path(run_dir), info.rank, error, info.hostname)
+        raise
     device = torch.device("cuda", info.local_rank % torch.cuda.device_count()) if backend == "nccl" else None
     tensor = torch.ones(max(1, int(size_mb * 2**20 / 4)), dtype=torch.float32, device=device)
     delay = injected_delay(info.hostname, env)

@@ -303,7 +303,8 @@ class Restart(Base):
     raised), node_failure (a node stopped answering).
     """
     exclude_failed_nodes: bool = True
-    """Never run again on a node that failed or hung (ExcNodeList)."""
+    """Never run again on a node that stopped answering, or whose ranks hung or failed twice (ExcNodeList);
+    one hung or failed process restarts on the same nodes."""
     shrink: bool = True
     """After a node loss, go on with the nodes left in the allocation (same global batch, more gradient
     accumulation) instead of going back to the queue.

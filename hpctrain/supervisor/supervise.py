@@ -3,13 +3,14 @@
 ``python -m hpctrain.supervisor.supervise begin`` (once, at the start of an allocation) and
 ``... end STATUS`` (after each srun step) print one line the batch script reads::
 
-    ACTION CODE ATTEMPT NNODES NODES EXCLUDE
+    ACTION CODE ATTEMPT NNODES NODES EXCLUDE PORT PREFLIGHT_PORT
 
-ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES), ``requeue``
-(requeuehold the job with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists
-print as ``-``. Every attempt gets an ``AttemptLine`` start before its step and an end after it in
-attempts.jsonl; an attempt that started and never ended lost its allocation (Slurm requeued the job
-after its batch host died) and is recorded as a node failure by the next ``begin``.
+ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES, rendezvous on PORT
+and preflight's on PREFLIGHT_PORT: see ``supervisor/ports.py``), ``requeue`` (requeuehold the job
+with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists print as ``-``. Every
+attempt gets an ``AttemptLine`` start before its step and an end after it in attempts.jsonl; an
+attempt that started and never ended lost its allocation (Slurm requeued the job after its batch
+host died) and is recorded as a node failure by the next ``begin``.
 
 Torch-free and quick (it runs between steps, inside the allocation); it never imports the CLI. The
 decision itself is :func:`decide`, a pure function of the history and what the step left behind.
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -35,10 +37,30 @@ from hpctrain.rundir import (
     read_json,
     tail_lines,
 )
-from hpctrain.rundir.attempts import FAULTS, History, Outcome, signature
+from hpctrain.rundir.attempts import (
+    FAULTS,
+    MAX_LAUNCH_RETRIES,
+    History,
+    Outcome,
+    Policy,
+    budget_spent,
+    signature,
+    summarize,
+    summary_line,
+    where_in_training,
+)
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
-from hpctrain.scheduler.slurm.nodes import answers, down_nodes, hostnames, is_dead, job_record, node_records
+from hpctrain.scheduler.slurm.nodes import (
+    answers,
+    down_nodes,
+    hostnames,
+    is_dead,
+    job_record,
+    node_records,
+    slurmd_unreachable,
+)
 from hpctrain.spec.job import Restart
+from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
@@ -54,6 +76,8 @@ PEER_LOST = (
     "remote process exited",
     "NCCL communicator was aborted",
 )
+# A rendezvous store that could not bind its port (torch's TCPStore: "... name: EADDRINUSE ...").
+PORT_TAKEN = ("EADDRINUSE", "address already in use")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -86,13 +110,21 @@ class Decision:
     nodes: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
 
-    def line(self, attempt: int) -> str:
+    def line(self, attempt: int, ports: tuple[int, int] = (0, 0)) -> str:
         def words(items: tuple[str, ...]) -> str:
             return ",".join(items) or "-"
 
-        return (
-            f"{self.action} {self.code} {attempt} {len(self.nodes)} {words(self.nodes)} {words(self.exclude)}"
-        )
+        nodes = f"{len(self.nodes)} {words(self.nodes)} {words(self.exclude)}"
+        return f"{self.action} {self.code} {attempt} {nodes} {ports[0]} {ports[1]}"
+
+
+def policy_of(restart: Restart) -> Policy:
+    return Policy(restart.max, tuple(restart.on), restart.exclude_failed_nodes)
+
+
+def port_taken(failure: FailureReport) -> bool:
+    text = failure.error.lower()
+    return any(words.lower() in text for words in PORT_TAKEN)
 
 
 def end_line(start: AttemptLine, outcome: str, reason: str = "", **fields: object) -> AttemptLine:
@@ -126,6 +158,12 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
             reason = f"preflight failed on {','.join(end.preflight_bad)}"
             return ended(Outcome.PREFLIGHT, reason, failed_nodes=end.preflight_bad)
         return ended(Outcome.FAILED, f"preflight: {end.preflight_reason or 'bad nodes'}", failed_nodes=[])
+    taken = [f for f in end.failures if port_taken(f)]
+    if taken:
+        # The launch failed, not the training: another attempt on another port, no restart spent.
+        who = f"rank {taken[0].rank} on {taken[0].hostname or '?'}"
+        reason = f"rendezvous port in use ({who}: EADDRINUSE); retrying on another port, no restart spent"
+        return ended(Outcome.LAUNCH, reason, error=taken[0].error[:500])
     if end.hang is not None:
         hung = sorted({rank.node for rank in end.hang.hung if rank.node})
         return ended(Outcome.HANG, end.hang.summary, failed_nodes=hung, step=end.hang.step)
@@ -140,15 +178,18 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
         ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
         peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
         reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
-        return ended(Outcome.RANK_FAILURE, reason, step=step)
+        nodes = sorted({task.node for task in silent if task.node})
+        return ended(Outcome.RANK_FAILURE, reason, step=step, failed_nodes=nodes)
     if end.failures:
         first = min(raised or end.failures, key=lambda f: (f.time or 0.0, f.rank))
         where = first.step if first.step is not None else step
         if signature(where, first.error) in history.failure_signatures():
             reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
             return ended(Outcome.FAILED, reason, step=where, error=first.error[:500])
-        reason = f"rank {first.rank} on {first.hostname or '?'}: {first.error[:200]}"
-        return ended(Outcome.RANK_FAILURE, reason, step=where, error=first.error[:500])
+        when = f" {where_in_training(where)}" if where is not None and where < 0 else ""
+        reason = f"rank {first.rank} on {first.hostname or '?'}{when}: {first.error[:200]}"
+        nodes = [first.hostname] if first.hostname else []
+        return ended(Outcome.RANK_FAILURE, reason, step=where, error=first.error[:500], failed_nodes=nodes)
     return ended(Outcome.RANK_FAILURE, f"step exited with code {end.status}", step=step)
 
 
@@ -159,11 +200,13 @@ def decide(
     allocation: list[str],
     planned: int,
     status: int = 1,
+    back: Collection[str] = (),
 ) -> Decision:
     """What comes after `last` (already in `history`; None: the allocation's first attempt).
 
     `allocation` holds the nodes of the allocation that answer, `planned` the nodes the job asked
-    for, `status` the step's exit status (the job's, when it fails).
+    for, `status` the step's exit status (the job's, when it fails), `back` the lost nodes that
+    answer again: no longer excluded, so a shrunk job's requeue grows back onto them.
     """
     code = status or 1
     if last is not None:
@@ -171,11 +214,14 @@ def decide(
             return Decision("done")
         if last.outcome == Outcome.FAILED:
             return Decision("fail", code)
-        fault = last.outcome in FAULTS
-        if fault and (last.outcome not in policy.on or len(history.restarts()) > policy.max):
+        if last.outcome == Outcome.LAUNCH and history.launch_retries() > MAX_LAUNCH_RETRIES:
             return Decision("fail", code)
-    excluded = history.excluded(policy.exclude_failed_nodes)
+        fault = last.outcome in FAULTS
+        if fault and (last.outcome not in policy.on or budget_spent(history, policy_of(policy))):
+            return Decision("fail", code)
     lost = set(last.failed_nodes) if last is not None and last.outcome == Outcome.NODE_FAILURE else set()
+    returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
+    excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
     if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
@@ -195,6 +241,21 @@ def allocation_nodes(job_ref: str) -> list[str]:
     """The job's nodes now (with --no-kill Slurm drops a lost node from the allocation)."""
     nodes = hostnames(job_record(job_ref).get("NodeList", ""))
     return nodes or hostnames(os.environ.get("SLURM_JOB_NODELIST", ""))
+
+
+def answering_again(nodes: list[str]) -> list[str]:
+    """Nodes outside the allocation that Slurm could schedule again: not DOWN, DRAINED or not
+    responding, and their slurmd accepts a connection."""
+    if not nodes:
+        return []
+    records = node_records(nodes)
+    return [
+        node
+        for node in nodes
+        if node in records
+        and not is_dead(records[node].get("State", "DOWN"))
+        and not slurmd_unreachable(node, records[node])
+    ]
 
 
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
@@ -272,17 +333,21 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
 
 
 def set_aside_failures(run: RunDir, attempt: int) -> None:
-    """failures/*.json of an attempt that is retried go to failures/attempt-N/: status and the
-    next attempt see a clean failures/ (the last attempt's, when the job fails, stay in place)."""
+    """failures/*.json and failures/stacks/ of an attempt that is retried go to failures/attempt-N/:
+    the next attempt starts from a clean failures/, and the evidence stays where status says it is
+    (the last attempt's, when the job fails, stay in place)."""
     if not run.failures.is_dir():
         return
     names = [p for p in run.failures.iterdir() if p.suffix == ".json" and p.is_file()]
-    if not names:
+    stacks = run.stacks.is_dir() and not run.stacks.is_symlink()
+    if not names and not stacks:
         return
     folder = run.failed_attempt(attempt)
     folder.mkdir(exist_ok=True)
     for path in names:
         path.replace(folder / path.name)
+    if stacks and not (folder / run.stacks.name).exists():
+        run.stacks.replace(folder / run.stacks.name)
 
 
 def start_line(attempt: int, job_id: str, nodes: tuple[str, ...], tasks_per_node: int) -> AttemptLine:
@@ -325,19 +390,26 @@ class Job:
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
-        decision = decide(history, last, self.policy, allocation, self.planned, status)
+        back = answering_again(history.lost_nodes())
+        decision = decide(history, last, self.policy, allocation, self.planned, status, back)
         if last is not None:
             why = f" ({last.reason})" if last.reason else ""
             print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr)
-        if decision.action in ("requeue", "fail") and last is not None and last.outcome != Outcome.COMPLETED:
-            used = len(history.restarts())
-            print(f"hpctrain: {decision.action}, restarts used: {used} of {self.policy.max}", file=sys.stderr)
         if last is not None and decision.action in ("launch", "requeue"):
             set_aside_failures(self.run, last.attempt)
         attempt = history.next_attempt()
         if decision.action == "launch":
             history.append(self.run, start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node))
-        return decision.line(attempt)
+        if history.restarts() or (decision.action == "launch" and len(decision.nodes) < self.planned):
+            # The very line `hpctrain status` shows (attempts.summary_line): the two never disagree.
+            summary = summarize(history, policy_of(self.policy), self.planned)
+            print(f"hpctrain: {decision.action}; {summary_line(summary)}", file=sys.stderr)
+        return decision.line(attempt, self.ports(attempt))
+
+    def ports(self, attempt: int) -> tuple[int, int]:
+        """This attempt's rendezvous ports, outside this (the batch) node's ephemeral range."""
+        digits = "".join(ch for ch in os.environ.get("SLURM_JOB_ID", "") or self.job_ref if ch.isdigit())
+        return rendezvous_ports(int(digits or 0), attempt, ephemeral_range())
 
     def begin(self) -> str:
         """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
@@ -356,7 +428,8 @@ class Job:
         history = History.read(self.run)
         start = history.open_attempt()
         if start is None:  # no attempt recorded (a hand-edited file): end as the step did
-            return Decision("done" if status == 0 else "fail", status).line(history.next_attempt())
+            decision = Decision("done" if status == 0 else "fail", status)
+            return decision.line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
         line = classify(read_step_end(self.run, status, start, allocation), start, history)
         history.append(self.run, line)

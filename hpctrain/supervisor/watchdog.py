@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
+from hpctrain.rundir.attempts import History, where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
 from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
 from hpctrain.spec.job import Watchdog
-from hpctrain.supervisor import hang_rule, stacks
+from hpctrain.supervisor import hang_rule, stacks, supervise
 from hpctrain.supervisor.hang_rule import Seen
 
 GONE_GRACE_S = 2.0
@@ -66,6 +67,9 @@ class Context:
     node: str
     signum: signal.Signals
     started: float = field(default_factory=time.time)
+    missing: list[str] = field(default_factory=list)
+    """Lost nodes this (shrunk) attempt runs without; when one answers again, the job checkpoints
+    and requeues to grow back onto it (empty: not shrunk, or no requeue to grow back with)."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -94,20 +98,21 @@ def diagnose(ranks: list[Seen], waits: dict[int, str]) -> tuple[list[Seen], list
 
 
 def _rank_text(seen: Seen) -> str:
-    detail = f"phase {seen.phase}"
+    detail = seen.phase
     if not seen.responsive:
         detail += f"; not responding for {seen.silent_s:.0f} s"
-    return f"rank {seen.rank} on {seen.node} at step {seen.step} ({detail})"
+    return f"rank {seen.rank} on {seen.node} hung {where_in_training(seen.step)} ({detail})"
 
 
 def _wait_text(seen: Seen, waits: dict[int, str]) -> str:
     if waits.get(seen.rank):
-        return waits[seen.rank]
+        return f"the {waits[seen.rank]}"
     return "a collective" if seen.phase == "collective" else f"phase {seen.phase}"
 
 
 def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str:
-    """ "rank 2 on node2 at step 130 (phase backward), other ranks waiting in all-reduce"."""
+    """ "rank 2 on node2 hung at step 130 (backward), others waiting in the all-reduce"; a rank that
+    has not finished its first step hung "during start-up"."""
     text = ", ".join(_rank_text(r) for r in hung[:SHOWN_RANKS])
     if len(hung) > SHOWN_RANKS:
         text += f" and {len(hung) - SHOWN_RANKS} more ranks"
@@ -117,11 +122,11 @@ def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str
     for seen in waiting:
         places.setdefault(_wait_text(seen, waits), []).append(seen.rank)
     if len(places) == 1:
-        return f"{text}, other ranks waiting in {next(iter(places))}"
+        return f"{text}, others waiting in {next(iter(places))}"
     groups = "; ".join(
         f"{', '.join(map(str, ranks[:SHOWN_RANKS]))} in {place}" for place, ranks in places.items()
     )
-    return f"{text}, other ranks waiting (ranks {groups})"
+    return f"{text}, others waiting (ranks {groups})"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -273,6 +278,17 @@ def ranks_gone(
     return True
 
 
+def grow_back(ctx: Context) -> bool:
+    """A shrunk attempt whose lost node answers again: ask the runtime to checkpoint at its next step
+    and requeue (the preemption path), so that the next allocation has every node again (True)."""
+    back = supervise.answering_again(ctx.missing)
+    if not back:
+        return False
+    say(f"{', '.join(back)} answer(s) again: checkpointing and requeueing to grow back onto every node")
+    ctx.run.preempt_flag.touch()
+    return True
+
+
 def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
     """Read the heartbeats every `poll_s`; look for failure reports and the step's end every tick."""
     samples: dict[tuple[int, int], float] = {}
@@ -282,8 +298,13 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
     beats: list[Heartbeat] = []
     silent: list[str] = []
     next_read = 0.0
+    next_grow_check = time.time() + REPROBE_S
     while running(step_pid):
         now = time.time()
+        if ctx.missing and now >= next_grow_check:
+            next_grow_check = now + REPROBE_S
+            if grow_back(ctx):
+                ctx.missing = []
         if now >= next_read:
             next_read = now + poll_s
             beats = this_attempt(ctx, ctx.run.read_heartbeats())
@@ -332,14 +353,26 @@ def context_from_env() -> Context:
         raise SystemExit("hpctrain.supervisor.watchdog: HPCTRAIN_RUN_DIR is not set")
     run = RunDir(Path(value).resolve())
     resolved = spec.loads(run.spec.read_bytes())
+    attempt = slots.current_attempt()
     return Context(
         run=run,
         settings=resolved.job.watchdog,
-        attempt=slots.current_attempt(),
+        attempt=attempt,
         job_id=os.environ.get("SLURM_JOB_ID", ""),
         node=os.environ.get("SLURMD_NODENAME", "") or socket.gethostname(),
         signum=slots.stack_signal(resolved.preemption.signal),
+        missing=missing_nodes(History.read(run), attempt, resolved.job.resources.nodes)
+        if resolved.preemption.requeue
+        else [],
     )
+
+
+def missing_nodes(history: History, attempt: int, planned: int) -> list[str]:
+    """The lost nodes a shrunk attempt runs without (those a requeue would grow back onto)."""
+    start = history.start_of(attempt)
+    if start is None or len(start.nodes) >= planned:
+        return []
+    return [node for node in history.lost_nodes() if node not in start.nodes]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -367,6 +400,9 @@ def main(argv: list[str] | None = None) -> int:
     finally:  # this node's slot files (other nodes' go with their /dev/shm, or stay: 16 KiB each)
         for beat in this_attempt(ctx, ctx.run.read_heartbeats()):
             slots.remove_node_files(ctx.run.root, ctx.job_id, ctx.attempt, beat.node)
+        # On the way out already: the batch script's SIGTERM must not raise SystemExit inside the
+        # interpreter's shutdown (a traceback in the batch log, seen after a step that ended early).
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
 
 
 if __name__ == "__main__":

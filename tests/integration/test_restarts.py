@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import time
 from pathlib import Path
@@ -329,6 +330,167 @@ def test_lost_node_of_two_goes_on_on_the_other_without_the_queue(hpctrain_home: 
             f"after {again[0] - killed:.0f} s (SlurmdTimeout 30 s)"
         )
         assert "node_failure node2" in status_text(job_id)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+        faults.recover_nodes()
+
+
+def test_a_stopped_rank_is_diagnosed_in_status_and_costs_no_node(hpctrain_home: Path, tmp_path: Path) -> None:
+    """Issue 23 items 10 and 11: one STOPped process of a 2 x 2 job. While the next attempt runs,
+    `status` names the hung rank in words and where its stacks are; that attempt runs on the same
+    two nodes (one hung process is no evidence against node2), and the job completes at world size 4."""
+    train = {"steps": 400, "checkpoint_every": 50, "eval_every": 0}
+    job_id, run = submit_two_by_two(
+        tmp_path,
+        "restart-hang",
+        train,
+        watchdog={"hang_timeout": 10, "heartbeat_interval": 1},
+        restart={"max": 2},
+    )
+    pid = None
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: latest_step(run) >= 20, timeout=180), logs(run)
+        pid = int((run / "pids" / "rank-2").read_text())
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.time()
+
+        def next_attempt_runs() -> bool:
+            history = History.read(RunDir(run))
+            return any(line.event == "start" and line.attempt == 1 for line in history.lines)
+
+        assert wait_for(next_attempt_runs, timeout=180), logs(run)
+        text = status_text(job_id)
+        print(f"\nstatus {time.time() - stopped:.0f} s after the stop:\n{text}")
+        assert "restarts: 1 of 2 (hang at step" in text, text
+        assert "last failure: rank 2 on node2 hung at step " in text, text
+        assert "others waiting in" in text and "stacks: failures/attempt-0/stacks/" in text, text
+        assert "excluded" not in text and "shrunk" not in text, text
+        assert (run / "failures" / "attempt-0" / "stacks" / "rank-2.txt").is_file()
+
+        final = wait_state(job_id, set(), timeout=600)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert ends(run) == [("hang", ["node2"]), ("completed", [])], ends(run)
+        starts = [line for line in History.read(RunDir(run)).lines if line.event == "start"]
+        assert [line.nodes for line in starts] == [["node1", "node2"], ["node1", "node2"]], starts
+        assert [line.world_size for line in starts] == [4, 4]
+        result = json.loads((run / "result.json").read_text())
+        assert result["step"] == 400 and result["world_size"] == 4, result
+        assert final["restarts"]["restarts"] == 1 and final["restarts"]["excluded"] == [], final
+    finally:
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+        subprocess.run(["scancel", job_id], check=False)
+
+
+def hold_port(port: int) -> list[socket.socket]:
+    """Listen on `port` over IPv4 and IPv6 (as any process on the node might): a bind there fails."""
+    held = []
+    for family, address in ((socket.AF_INET, "0.0.0.0"), (socket.AF_INET6, "::")):
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind((address, port))
+            sock.listen(64)
+            held.append(sock)
+        except OSError:
+            sock.close()
+    return held
+
+
+def test_a_taken_rendezvous_port_costs_no_restart(hpctrain_home: Path, tmp_path: Path) -> None:
+    """Issue 23 item 13: preflight's port of the first attempt and training's port of the second
+    are held on the first node (and the ports of the old rule, 20000 + job id % 20000 and 20000
+    above it). With restart.max 0 the job still trains: each taken port is a launch fault, retried
+    on other ports without spending the budget."""
+    from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
+
+    path = job_file(
+        tmp_path,
+        "restart-port",
+        {"steps": 40},
+        resources={"nodes": 2, "tasks_per_node": 2, "nodelist": ["node1", "node2"]},
+        restart={"max": 0},
+        preflight=True,
+        begin="now+600",  # held until the ports are taken
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    number = int(job_id)
+    old = 20000 + number % 20000
+    ephemeral = ephemeral_range()
+    taken = [rendezvous_ports(number, 0, ephemeral)[1], rendezvous_ports(number, 1, ephemeral)[0]]
+    sockets = {port: hold_port(port) for port in {*taken, old, old + 20000}}
+    held = [sock for socks in sockets.values() for sock in socks]
+    try:
+        assert all(sockets[port] for port in taken), f"the test could not take the ports {taken} itself"
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], check=True)
+        final = wait_state(job_id, set(), timeout=QUEUE_S)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert [outcome for outcome, _ in ends(run)] == ["launch", "launch", "completed"], ends(run)
+        assert final["restarts"]["restarts"] == 0 and final["restarts"]["max"] == 0, final
+        batch = (run / "logs" / "batch.log").read_text()
+        assert batch.count("rendezvous port in use") == 2, batch[-3000:]
+        assert "restarts used" not in batch and "budget" not in batch, batch[-3000:]
+        result = json.loads((run / "result.json").read_text())
+        assert result["step"] == 40 and result["world_size"] == 4, result
+    finally:
+        for sock in held:
+            sock.close()
+        subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.skipif(
+    os.environ.get("HPCTRAIN_DISRUPTIVE") != "1",
+    reason="kills node2's slurmd: set HPCTRAIN_DISRUPTIVE=1 on a cluster no one else uses",
+)
+def test_a_shrunk_job_grows_back_once_its_node_answers(hpctrain_home: Path, tmp_path: Path) -> None:
+    """Issue 23 item 11: a 2 x 2 job loses node2 and goes on shrunk on node1 (status says so); once
+    node2 is back, the watchdog checkpoints and requeues, and the job finishes on both nodes."""
+    train = {"steps": 2000, "checkpoint_every": 20, "eval_every": 0, "options": {"delay_s": 0.05}}
+    path = job_file(
+        tmp_path,
+        "restart-grow",
+        train,
+        resources={"nodes": 2, "tasks_per_node": 2, "nodelist": ["node1", "node2"], "time": "00:20:00"},
+    )
+    entry = submit(path)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
+            run
+        )
+        faults.kill_node("node2")
+        killed = time.time()
+
+        def shrunk() -> bool:
+            starts = [line for line in History.read(RunDir(run)).lines if line.event == "start"]
+            return len(starts) >= 2 and starts[-1].nodes == ["node1"]
+
+        assert wait_for(shrunk, timeout=240), logs(run)
+        assert "running shrunk on 1 of 2 nodes (node1)" in status_text(job_id)
+        faults.recover_nodes()
+        recovered = time.time()
+        final = wait_state(job_id, set(), timeout=900)
+        assert final["state"] == "COMPLETED", logs(run)
+        history = History.read(RunDir(run))
+        starts = [line for line in history.lines if line.event == "start"]
+        assert starts[-1].nodes == ["node1", "node2"] and starts[-1].world_size == 4, starts
+        assert [o for o, _ in ends(run)][:2] == ["node_failure", "preempted"], ends(run)
+        result = json.loads((run / "result.json").read_text())
+        assert result["step"] == 2000 and result["world_size"] == 4, result
+        assert events(run, "grew"), "no grew event"
+        grown = starts[-1].time
+        print(
+            f"\nnode2 lost, shrunk after {starts[1].time - killed:.0f} s; node2 recovered after "
+            f"{recovered - killed:.0f} s; training on both nodes again {grown - recovered:.0f} s later"
+        )
+        assert "excluded" not in status_text(job_id)
     finally:
         subprocess.run(["scancel", job_id], check=False)
         faults.recover_nodes()

@@ -81,8 +81,8 @@ def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(hpctr
         assert detection_s < DETECTION_TARGET_S
         assert [(r.rank, r.node) for r in report.hung] == [(STOPPED_RANK, "node2")], report
         assert sorted(r.rank for r in report.waiting) == [0, 1, 3]
-        assert report.summary.startswith(f"rank {STOPPED_RANK} on node2 at step ")
-        assert "other ranks waiting in" in report.summary
+        assert report.summary.startswith(f"rank {STOPPED_RANK} on node2 hung at step ")
+        assert "others waiting in" in report.summary
         for rank in range(4):
             text = run.rank_stacks(rank).read_text()
             assert f"rank {rank} pid" in text and '"MainThread"' in text, text  # py-spy's view, stopped too
@@ -93,7 +93,7 @@ def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(hpctr
         assert final["state"] in ("FAILED", "CANCELLED"), final
         shown = run_cli("status", job_id)
         assert shown.returncode == 0, shown.stderr
-        assert f"HUNG: rank {STOPPED_RANK} on node2 at step" in shown.stdout, shown.stdout
+        assert f"HUNG: rank {STOPPED_RANK} on node2 hung at step" in shown.stdout, shown.stdout
         assert f"stacks: {run.stacks}" in shown.stdout
         as_json = json.loads(run_cli("status", job_id, "--json").stdout)[0]
         assert as_json["health"]["hung"] == report.summary

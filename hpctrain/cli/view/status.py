@@ -181,7 +181,10 @@ def _show_run(label: str, run: RunStatus | Element, detail: bool) -> None:
 
     prog, restarts = run.progress, run.restarts
     _show_parameter_server(label, prog)
-    if restarts is not None and (restarts.restarts or restarts.excluded or restarts.last_outcome == "failed"):
+    shown = restarts is not None and (
+        restarts.restarts or restarts.excluded or restarts.budget_spent or restarts.shrunk
+    )
+    if restarts is not None and (shown or restarts.last_outcome == "failed"):
         print(f"  {label}: {printable(summary_line(restarts))}")
     _show_stragglers(label, prog)
     for problem in prog.unreadable:

@@ -9,14 +9,14 @@ import pytest
 
 from hpctrain.errors import SpecError
 from hpctrain.rundir import AttemptLine
-from hpctrain.rundir.attempts import FAULTS, NODE_FAULTS, History, Outcome, describe_end
+from hpctrain.rundir.attempts import FAULTS, PROCESS_FAULTS, History, Outcome, describe_end
 from hpctrain.spec.job import Fault, Restart
 
 
 def test_the_spec_literal_is_the_enum_faults() -> None:
     assert typing.get_args(Fault) == tuple(fault.value for fault in FAULTS)
     assert Restart().on == [fault.value for fault in FAULTS]
-    assert set(NODE_FAULTS) <= set(FAULTS) <= set(Outcome)
+    assert set(PROCESS_FAULTS) <= set(FAULTS) <= set(Outcome)
 
 
 def test_restart_on_accepts_every_fault_and_refuses_other_outcomes() -> None:

@@ -12,12 +12,15 @@ from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, R
 from hpctrain.rundir.attempts import FAULTS, History, Outcome, run_summary, summarize, summary_line
 from hpctrain.scheduler.slurm.facts import FailedTask
 from hpctrain.spec.job import Restart
+from hpctrain.supervisor import supervise
 from hpctrain.supervisor.supervise import (
     Decision,
+    Job,
     StepEnd,
     attempt_task_errors,
     classify,
     decide,
+    policy_of,
     set_aside_failures,
 )
 
@@ -83,7 +86,8 @@ def test_a_lost_node_shrinks_or_requeues_without_it() -> None:
 
 
 def test_preemption_and_preflight_requeue_without_counting_a_restart() -> None:
-    history = History([start(0), end(0, "preflight", ["node1"]), start(1), end(1, "preempted")])
+    lines = [start(0), end(0, "preflight", ["node1"]), start(1, ["node2", "node3"]), end(1, "preempted")]
+    history = History(lines)
     assert decide(history, history.ends[-1], Restart(max=0), NODES, 2) == Decision(
         "requeue", exclude=("node1",)
     )
@@ -91,7 +95,7 @@ def test_preemption_and_preflight_requeue_without_counting_a_restart() -> None:
 
 
 def test_the_first_attempt_of_an_allocation_avoids_excluded_nodes() -> None:
-    history = History([start(0), end(0, "hang", ["node1"])])
+    history = History([start(0), end(0, "node_failure", ["node1"])])
     assert decide(history, None, Restart(shrink=False), NODES, 2) == Decision("requeue", exclude=("node1",))
     assert decide(History(), None, Restart(), NODES, 2) == Decision("launch", nodes=("node1", "node2"))
 
@@ -191,12 +195,15 @@ def test_summary_line_and_run_summary(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     for line in [start(0), end(0, "hang", ["node2"], step=130), start(1), end(1, "node_failure", ["node2"])]:
         append_line(run.attempts, line)
-    append_line(run.attempts, start(2))
+    append_line(run.attempts, start(2, ["node1"]))
     run.attempts.open("ab").write(b'{"torn": \n')
     summary = run_summary(run)
     assert summary is not None
-    assert summary_line(summary) == "restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2"
-    assert History.read(run).open_attempt() == start(2)
+    assert summary_line(summary) == (
+        "restarts: 2 of 3 (hang at step 130; node_failure node2), excluded: node2; "
+        "last failure: node_failure node2"
+    )
+    assert History.read(run).open_attempt() == start(2, ["node1"])
     assert run_summary(RunDir(tmp_path / "none")) is None
 
 
@@ -206,8 +213,9 @@ def test_set_aside_failures_moves_the_reports(tmp_path: Path) -> None:
     run.hang_report.write_text("{}")
     (run.failures / "stacks").mkdir()
     set_aside_failures(run, 4)
-    assert sorted(p.name for p in (run.failures / "attempt-4").iterdir()) == ["hang.json", "rank-3.json"]
-    assert run.read_failures() == [] and (run.failures / "stacks").is_dir()
+    moved = sorted(p.name for p in (run.failures / "attempt-4").iterdir())
+    assert moved == ["hang.json", "rank-3.json", "stacks"]
+    assert run.read_failures() == [] and not (run.failures / "stacks").exists()
 
 
 OUTCOMES = st.sampled_from(list(Outcome))
@@ -266,5 +274,128 @@ def test_decisions_keep_their_promises(
         assert decision == Decision("fail", 5)
     if decision.action == "fail":
         assert decision.code == 5
-    summary = summarize(history, policy.max, policy.exclude_failed_nodes)
-    assert summary.restarts == len(history.restarts()) and summary_line(summary).startswith("restarts: ")
+    summary = summarize(history, policy_of(policy), planned)
+    # Restarts counted, not attempts or faults: never more than the budget, never "4 of 3".
+    assert summary.restarts <= min(policy.max, len(history.restarts()))
+    assert summary_line(summary).startswith(f"restarts: {summary.restarts} of {policy.max}")
+    if summary.budget_spent:
+        assert f"restart budget ({policy.max}) spent; last failure: " in summary_line(summary)
+
+
+# -- issue 23: evidence before exclusion, restarts counted, diagnosis shown, ports taken -------------
+
+
+def test_one_hung_or_killed_process_restarts_on_the_same_nodes() -> None:
+    """Item 11: a hang or a rank failure is no evidence against its node; a second one on it is."""
+    for outcome in ("hang", "rank_failure"):
+        once = History([start(0), end(0, outcome, ["node1"])])
+        same = Decision("launch", nodes=("node1", "node2"))
+        assert decide(once, once.ends[-1], Restart(), NODES, 2) == same
+        assert once.excluded(True) == []
+    twice = History([start(0), end(0, "hang", ["node1"]), start(1), end(1, "rank_failure", ["node1"])])
+    assert twice.excluded(True) == ["node1"] and twice.excluded(False) == []
+    assert decide(twice, twice.ends[-1], Restart(), NODES, 2) == Decision("launch", nodes=("node2",))
+    # A node that stopped answering is evidence at once.
+    lost = History([start(0), end(0, "node_failure", ["node2"])])
+    assert lost.excluded(True) == ["node2"]
+
+
+def test_a_killed_rank_names_its_node_for_a_second_time() -> None:
+    task = FailedTask(rank="1", node="node1", error="Killed")
+    line = classify(StepEnd(status=137, killed=[task]), start(0), History())
+    assert line.outcome == "rank_failure" and line.failed_nodes == ["node1"]
+
+
+def test_restarts_are_counted_not_attempts_and_a_spent_budget_says_so() -> None:
+    """Item 12: four faults under restart.max=3 are three restarts, and the fourth ends the job."""
+    lines = []
+    for number in range(4):
+        lines += [start(number), end(number, "rank_failure", reason=f"rank 0 on node1: E{number}")]
+    history = History(lines)
+    summary = summarize(history, policy_of(Restart(max=3)), 2)
+    assert summary.restarts == 3 and summary.budget_spent
+    text = summary_line(summary)
+    assert text.startswith("restarts: 3 of 3 (")
+    assert "restart budget (3) spent; last failure: rank 0 on node1: E3" in text
+    # max=0: the first fault is not restarted ("restarts used: 1 of 0" was the old line).
+    first = History(lines[:2])
+    assert summarize(first, policy_of(Restart(max=0))).restarts == 0
+    assert summary_line(summarize(first, policy_of(Restart(max=0)))).startswith("restarts: 0 of 0 (")
+    # A fault restart.on leaves out is not a restart either.
+    assert summarize(first, policy_of(Restart(on=["hang"]))).restarts == 0
+
+
+def test_status_shows_the_last_hang_in_words_and_where_its_stacks_are() -> None:
+    """Item 10: while the next attempt runs, the watchdog's diagnosis, not only "hang at step 66"."""
+    said = "rank 0 on node1 hung at step 66 (backward; not responding for 33 s), others in the barrier"
+    history = History([start(0), end(0, "hang", ["node1"], step=66, reason=said), start(1)])
+    text = summary_line(summarize(history, policy_of(Restart(max=2)), 2))
+    stacks = "failures/attempt-0/stacks/"
+    assert text == f"restarts: 1 of 2 (hang at step 66); last failure: {said}; stacks: {stacks}"
+    early = History([start(0), end(0, "hang", ["node1"], step=-1, reason="x"), start(1)])
+    assert "(hang during start-up)" in summary_line(summarize(early, policy_of(Restart())))
+
+
+def test_status_says_when_a_job_runs_shrunk() -> None:
+    history = History([start(0), end(0, "node_failure", ["node2"]), start(1, ["node1"])])
+    text = summary_line(summarize(history, policy_of(Restart()), 2))
+    assert "; running shrunk on 1 of 2 nodes (node1)" in text
+    assert "shrunk" not in summary_line(summarize(history, policy_of(Restart()), 1))
+    ended = History([*history.lines, end(1, "completed")])
+    assert "; ended shrunk on 1 of 2 nodes (node1)" in summary_line(summarize(ended, policy_of(Restart()), 2))
+
+
+def test_a_rendezvous_port_in_use_is_retried_without_a_restart() -> None:
+    """Item 13: EADDRINUSE is a fault of the launch: another attempt, no restart spent, bounded."""
+    error = "DistStoreError: The server socket has failed to listen ... port: 40549, name: EADDRINUSE"
+    report = failure(0, error, -1, 101.0)
+    line = classify(StepEnd(status=1, failures=[report]), start(0), History())
+    assert line.outcome == "launch" and "rendezvous port in use (rank 0 on" in line.reason
+    history = History([start(0), line])
+    assert decide(history, line, Restart(max=0), NODES, 2) == Decision("launch", nodes=("node1", "node2"))
+    assert history.restarts() == [] and summarize(history, policy_of(Restart(max=0))).restarts == 0
+    lines: list[AttemptLine] = []
+    for number in range(supervise.MAX_LAUNCH_RETRIES + 1):
+        lines += [start(number), end(number, "launch")]
+    assert decide(History(lines), History(lines).ends[-1], Restart(), NODES, 2, status=1).action == "fail"
+
+
+def test_the_batch_log_says_what_status_says(tmp_path: Path, monkeypatch, capsys) -> None:  # type: ignore[no-untyped-def]
+    """Item 12: the batch log's restart line is status's, word for word."""
+    run = RunDir(tmp_path)
+    run.spec.write_text('{"job": {"restart": {"max": 1}, "resources": {"nodes": 2}}}')
+    for line in [start(0), end(0, "rank_failure", reason="rank 0 on node1: E"), start(1)]:
+        append_line(run.attempts, line)
+    last = end(1, "rank_failure", reason="rank 1 on node2: F")
+    append_line(run.attempts, last)
+    monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
+    job = Job(run, "7", Restart(max=1), 2, 2)
+    assert job.act(History.read(run), last, status=3).startswith("fail 3 ")
+    summary = run_summary(run)
+    assert summary is not None and summary.restarts == 1
+    logged = capsys.readouterr().err
+    assert f"hpctrain: fail; {summary_line(summary)}" in logged, logged
+    assert "restart budget (1) spent; last failure: rank 1 on node2: F" in logged
+
+
+def test_a_shrunk_job_grows_back_at_its_requeue_once_the_node_answers() -> None:
+    """Item 11: a node excluded because it stopped answering is not excluded once it answers again;
+    a node lost just now, or blamed twice, stays out."""
+    lines = [start(0), end(0, "node_failure", ["node2"]), start(1, ["node1"]), end(1, "preempted")]
+    history = History(lines)
+    assert history.lost_nodes() == ["node2"]
+    assert decide(history, history.ends[-1], Restart(), ["node1"], 2) == Decision(
+        "requeue", exclude=("node2",)
+    )
+    grown = decide(history, history.ends[-1], Restart(), ["node1"], 2, back=["node2"])
+    assert grown == Decision("requeue")
+    # The next allocation's first attempt runs on both nodes, and from then on node2 is in again.
+    full = decide(history, None, Restart(), NODES, 2, back=["node2"])
+    assert full == Decision("launch", nodes=("node1", "node2"))
+    assert History([*lines, start(2)]).excluded(True) == []
+    just_lost = History(lines[:2])
+    assert decide(just_lost, just_lost.ends[-1], Restart(shrink=False), NODES, 2, back=["node2"]) == Decision(
+        "requeue", exclude=("node2",)
+    )
+    blamed = History([*lines[:2], start(1), end(1, "hang", ["node2"]), start(2), end(2, "hang", ["node2"])])
+    assert blamed.lost_nodes() == [] and "node2" in blamed.excluded(True)

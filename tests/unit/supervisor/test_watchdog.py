@@ -91,8 +91,8 @@ def test_a_stopped_rank_is_named_and_the_others_wait() -> None:
     hung, waiting = diagnose(ranks, waits)
     assert [r.rank for r in hung] == [2] and [r.rank for r in waiting] == [0, 1, 3]
     assert summary(hung, waiting, waits) == (
-        "rank 2 on node2 at step 100 (phase backward; not responding for 14 s), "
-        "other ranks waiting in all-reduce"
+        "rank 2 on node2 hung at step 100 (backward; not responding for 14 s), "
+        "others waiting in the all-reduce"
     )
 
 
@@ -101,7 +101,7 @@ def test_a_running_rank_behind_the_others_is_named() -> None:
     hung, waiting = diagnose(ranks, {})
     assert [r.rank for r in hung] == [1]
     assert summary(hung, waiting, {0: "barrier", 2: "barrier"}) == (
-        "rank 1 on node1 at step 1300 (phase forward), other ranks waiting in barrier"
+        "rank 1 on node1 hung at step 1300 (forward), others waiting in the barrier"
     )
 
 
@@ -111,8 +111,8 @@ def test_at_one_step_the_rank_not_in_a_collective_is_named() -> None:
     hung, waiting = diagnose(ranks, waits)
     assert [r.rank for r in hung] == [2]
     assert summary(hung, waiting, waits) == (
-        "rank 2 on node2 at step 100 (phase forward), other ranks waiting "
-        "(ranks 0, 1 in all-reduce; 3 in backward (gradient all-reduce))"
+        "rank 2 on node2 hung at step 100 (forward), others waiting "
+        "(ranks 0, 1 in the all-reduce; 3 in the backward (gradient all-reduce))"
     )
 
 
@@ -121,6 +121,14 @@ def test_a_deadlock_in_a_collective_names_every_rank() -> None:
     hung, waiting = diagnose(ranks, {0: "all-reduce", 1: "all-reduce"})
     assert [r.rank for r in hung] == [0, 1] and waiting == []
     assert summary(hung, waiting, {}).endswith("no rank is ahead of the others")
+
+
+def test_a_hang_before_the_first_step_is_during_start_up() -> None:
+    """Issue 23 item 10: the runtime's step -1 reads "during start-up", not "step -1"."""
+    ranks = [seen(0, step=-1, silent=40.0), seen(1, step=-1)]
+    hung, waiting = diagnose(ranks, {1: "barrier"})
+    text = summary(hung, waiting, {1: "barrier"})
+    assert text.startswith("rank 0 on node1 hung during start-up (") and "step -1" not in text, text
 
 
 PY_SPY = """Process 9364: python3 -m hpctrain.runtime
@@ -250,7 +258,7 @@ def test_the_watchdog_names_a_stopped_rank_collects_stacks_and_ends_the_step(tmp
         report = read_json(RunDir(run_dir).hang_report, HangReport)
         assert isinstance(report, HangReport), watchdog.stdout
         assert [r.rank for r in report.hung] == [1] and [r.rank for r in report.waiting] == [0]
-        assert report.summary.startswith("rank 1 on nodeX at step ")
+        assert report.summary.startswith("rank 1 on nodeX hung ")
         assert "not responding" in report.summary
         assert "HUNG: rank 1 on nodeX" in watchdog.stdout
         stopped = RunDir(run_dir).rank_stacks(1).read_text()
@@ -456,3 +464,26 @@ def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
         step.wait()
     assert looks and not ended
     assert not run.hang_report.exists()
+
+
+def test_a_shrunk_attempt_asks_to_grow_back_when_its_lost_node_answers(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23 item 11: the watchdog of a shrunk attempt turns a returned node into a checkpoint
+    and a requeue (the preemption flag), once."""
+    from hpctrain.rundir import AttemptLine
+    from hpctrain.rundir.attempts import History
+    from hpctrain.supervisor import supervise, watchdog
+
+    lines = [
+        AttemptLine(attempt=0, event="start", time=1.0, nodes=["node1", "node2"]),
+        AttemptLine(attempt=0, event="end", time=2.0, outcome="node_failure", failed_nodes=["node2"]),
+        AttemptLine(attempt=1, event="start", time=3.0, nodes=["node1"]),
+    ]
+    history = History(lines)
+    assert watchdog.missing_nodes(history, 1, planned=2) == ["node2"]
+    assert watchdog.missing_nodes(history, 0, planned=2) == []
+    run = RunDir(tmp_path)
+    ctx = Context(run, Watchdog(), 1, "7", "node1", signal.SIGUSR2, missing=["node2"])
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
+    assert not watchdog.grow_back(ctx) and not run.preempt_flag.exists()
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: list(nodes))
+    assert watchdog.grow_back(ctx) and run.preempt_flag.exists()
