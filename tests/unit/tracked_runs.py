@@ -13,6 +13,8 @@ from pathlib import Path
 
 from hpctrain.rundir import RunDir
 from hpctrain.runs.index import Index, Run
+from hpctrain.runs.poll import PolledRun
+from hpctrain.runs.status import RunStatus, assemble
 
 
 def track(home: Path, job_id: str, state: str, backend: str = "local", name: str = "job") -> RunDir:
@@ -34,6 +36,23 @@ def track(home: Path, job_id: str, state: str, backend: str = "local", name: str
         )
     )
     return RunDir(run_dir)
+
+
+def assembled(run_dir: Path, state: str, name: str = "job") -> RunStatus:
+    """The typed status of an untracked run whose directory is `run_dir`, as one poll without a scheduler
+    answer would give it."""
+    record = Run(
+        run_id="r1",
+        job_id="42",
+        name=name,
+        site="local",
+        backend="local",
+        run_dir=run_dir,
+        submitted_at=0.0,
+        state=state,
+        state_at=0.0,
+    )
+    return assemble(PolledRun(record, None))
 
 
 @dataclass

@@ -11,9 +11,8 @@ import pytest
 
 from hpctrain.cli.view.progress import ProgressView, duration
 from hpctrain.rundir import RunDir, TrainLine
-from hpctrain.runs.index import Run
-from hpctrain.runs.poll import PolledRun
-from hpctrain.runs.status import RunStatus, assemble
+from hpctrain.runs.status import RunStatus
+from tests.unit.tracked_runs import assembled
 
 
 def _status(tmp_path: Path, state: str, *lines: TrainLine) -> RunStatus:
@@ -21,18 +20,7 @@ def _status(tmp_path: Path, state: str, *lines: TrainLine) -> RunStatus:
     tmp_path.mkdir(exist_ok=True)
     for line in lines:
         run.append_metric(line)
-    record = Run(
-        run_id="r1",
-        job_id="42",
-        name="digits",
-        site="local",
-        backend="local",
-        run_dir=tmp_path,
-        submitted_at=0.0,
-        state=state,
-        state_at=0.0,
-    )
-    return assemble(PolledRun(record, None))
+    return assembled(tmp_path, state, "digits")
 
 
 def test_plain_lines_show_steps_rate_eta_and_only_changes(tmp_path: Path) -> None:

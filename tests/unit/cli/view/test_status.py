@@ -13,28 +13,16 @@ from hypothesis import strategies as st
 from hpctrain.cli.view.progress import rows
 from hpctrain.cli.view.status import HEADER, show, summary_rows
 from hpctrain.cli.view.table import NUMBER_WIDTH
-from hpctrain.runs.index import Run
-from hpctrain.runs.poll import PolledRun
-from hpctrain.runs.status import RunStatus, assemble
+from hpctrain.runs.status import RunStatus
 from tests.unit.report_runs import write_extreme_run
+from tests.unit.tracked_runs import assembled
 
 EXTREMES = [1e308, -1e308, 1.7976931348623157e308, 5e-324, -5e-324, float("inf"), float("nan"), 0.0]
 NUMBER_COLUMNS = [HEADER.index(name) for name in ("LOSS", "THROUGHPUT", "ACC")]
 
 
 def status_of(root: Path, state: str) -> RunStatus:
-    record = Run(
-        run_id="r1",
-        job_id="42",
-        name="extreme",
-        site="local",
-        backend="local",
-        run_dir=root,
-        submitted_at=0.0,
-        state=state,
-        state_at=0.0,
-    )
-    return assemble(PolledRun(record, None))
+    return assembled(root, state, "extreme")
 
 
 def test_a_throughput_of_1e308_keeps_its_column_narrow(tmp_path: Path) -> None:
