@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,8 +20,8 @@ from hpctrain.rundir import (
     whole_lines,
 )
 from hpctrain.rundir.structs import Result
-from hpctrain.runs.index import Index, Run
 from hpctrain.scheduler.base import JobState
+from tests.unit.tracked_runs import track
 
 REPO = Path(__file__).resolve().parents[3]
 SECRET = "TOPSECRET-0123456789"
@@ -59,24 +58,11 @@ def test_leaves_names_links_and_folders_that_lead_out(tmp_path: Path, secret: Pa
     assert "leads out" in (leaves(run.root, run.root / "array-0" / "logs" / "batch.log") or "")
 
 
-def tracked(home: Path, secret: Path, links: list[str]) -> Run:
-    index = Index(home)
-    run_id, run_dir = index.new_run_dir("linked")
+def tracked(home: Path, secret: Path, links: list[str]) -> RunDir:
+    """A failed run in the index under `home` whose files `links` are links to `secret`."""
+    run = track(home, "999997", JobState.FAILED, name="linked")
     for name in links:
-        (run_dir / name).symlink_to(secret)
-    now = time.time()
-    run = Run(
-        run_id=run_id,
-        job_id="999997",
-        name="linked",
-        site="local",
-        backend="local",
-        run_dir=run_dir,
-        submitted_at=now,
-        state=JobState.FAILED,
-        state_at=now,
-    )
-    index.add(run)
+        (run.root / name).symlink_to(secret)
     return run
 
 
@@ -94,7 +80,7 @@ def hpctrain(home: Path, *argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("argv", [["logs"], ["logs", "-n", "5"], ["logs", "--all-ranks"]])
 def test_logs_refuses_a_linked_log_in_one_line(tmp_path: Path, secret: Path, argv: list[str]) -> None:
     run = tracked(tmp_path / "home", secret, ["logs/batch.log", "logs/rank-0.log"])
-    done = hpctrain(tmp_path / "home", *argv, run.run_id)
+    done = hpctrain(tmp_path / "home", *argv, run.root.name)
     assert SECRET not in done.stdout + done.stderr
     assert done.returncode == 1 and done.stderr.count("\n") == 1 and NOT_FOLLOWED in done.stderr
 
@@ -102,9 +88,9 @@ def test_logs_refuses_a_linked_log_in_one_line(tmp_path: Path, secret: Path, arg
 def test_logs_refuses_a_linked_folder_that_leads_out(tmp_path: Path) -> None:
     run = tracked(tmp_path / "home", tmp_path, [])
     (tmp_path / "batch.log").write_text(SECRET)
-    os.rmdir(run.run_dir / "logs")
-    (run.run_dir / "logs").symlink_to(tmp_path)
-    done = hpctrain(tmp_path / "home", "logs", run.run_id)
+    os.rmdir(run.root / "logs")
+    (run.root / "logs").symlink_to(tmp_path)
+    done = hpctrain(tmp_path / "home", "logs", run.root.name)
     assert SECRET not in done.stdout and done.returncode == 1 and "leads out" in done.stderr
 
 
@@ -114,10 +100,8 @@ def test_status_and_report_name_the_link_and_show_nothing_of_its_target(
 ) -> None:
     links = ["logs/batch.log", "logs/rank-0.log", "metrics.jsonl", "result.json", "spec.json"]
     run = tracked(tmp_path / "home", secret, links)
-    done = hpctrain(tmp_path / "home", verb, run.run_id)
+    done = hpctrain(tmp_path / "home", verb, run.root.name)
     assert done.returncode == 0, done.stderr
-    written = (
-        "".join(p.read_text() for p in (run.run_dir / "report").glob("*.md")) if verb == "report" else ""
-    )
+    written = "".join(p.read_text() for p in (run.root / "report").glob("*.md")) if verb == "report" else ""
     assert SECRET not in done.stdout + done.stderr + written
     assert f"result.json: unreadable ({NOT_FOLLOWED})" in done.stdout or NOT_FOLLOWED in written

@@ -5,15 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctrain.runs.index import MIN_PREFIX, IdError, Index, Run, resolve
+from hpctrain.runs.index import MIN_PREFIX, IdError, Run, resolve
 from hpctrain.scheduler.base import JobState
+from tests.unit.tracked_runs import track
 
 STAMPS = st.builds(
     lambda day, second: f"2026{day:04d}-{second:06d}", st.integers(101, 131), st.integers(0, 2)
@@ -90,23 +90,8 @@ def test_a_job_id_matches_exactly_and_an_unknown_full_id_is_missing() -> None:
 
 @pytest.mark.parametrize("verb", ["cancel", "logs", "report", "status"])
 def test_every_verb_refuses_an_empty_id(verb: str, tmp_path: Path) -> None:
-    index = Index(tmp_path)
-    run_id, run_dir = index.new_run_dir("only")
-    now = time.time()
     # The only tracked run, on a backend whose cancel would fail loudly: an empty id must not reach it.
-    index.add(
-        Run(
-            run_id=run_id,
-            job_id="4242",
-            name="only",
-            site="local",
-            backend="local",
-            run_dir=run_dir,
-            submitted_at=now,
-            state=JobState.COMPLETED,
-            state_at=now,
-        )
-    )
+    track(tmp_path, "4242", JobState.COMPLETED, name="only")
     env = {**os.environ, "HPCTRAIN_HOME": str(tmp_path), "PYTHONPATH": str(Path(__file__).parents[3])}
     for key in ("", "20"):
         done = subprocess.run(
