@@ -60,6 +60,7 @@ from hpctrain.scheduler.slurm.nodes import (
     slurmd_unreachable,
 )
 from hpctrain.spec.job import Restart
+from hpctrain.supervisor.components import Components
 from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
@@ -75,6 +76,7 @@ PEER_LOST = (
     "Connection refused",
     "remote process exited",
     "NCCL communicator was aborted",
+    "stopped answering",  # a parameter-server worker whose server is gone (runtime/ps)
 )
 # A rendezvous store that could not bind its port (torch's TCPStore: "... name: EADDRINUSE ...").
 PORT_TAKEN = ("EADDRINUSE", "address already in use")
@@ -142,8 +144,11 @@ def end_line(start: AttemptLine, outcome: str, reason: str = "", **fields: objec
     )
 
 
-def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLine:
-    """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached."""
+def classify(
+    end: StepEnd, attempt: AttemptLine, history: History, components: Components = Components()
+) -> AttemptLine:
+    """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached.
+    Ranks are named by `components` ("server 0 (rank 0)" in a parameter-server job)."""
 
     def ended(outcome: str, reason: str = "", **fields: object) -> AttemptLine:
         return end_line(attempt, outcome, reason, **fields)
@@ -175,7 +180,7 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
     raised = [f for f in end.failures if not any(words in f.error for words in PEER_LOST)]
     if silent and not raised:
         # kill -9 and the OOM killer leave no report; the ranks that do report only lost their peer.
-        ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
+        ranks = ", ".join(f"{components.name(task.rank)} on {task.node}" for task in silent[:4])
         peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
         reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
         nodes = sorted({task.node for task in silent if task.node})
@@ -187,7 +192,7 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
             reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
             return ended(Outcome.FAILED, reason, step=where, error=first.error[:500])
         when = f" {where_in_training(where)}" if where is not None and where < 0 else ""
-        reason = f"rank {first.rank} on {first.hostname or '?'}{when}: {first.error[:200]}"
+        reason = f"{components.name(first.rank)} on {first.hostname or '?'}{when}: {first.error[:200]}"
         nodes = [first.hostname] if first.hostname else []
         return ended(Outcome.RANK_FAILURE, reason, step=where, error=first.error[:500], failed_nodes=nodes)
     return ended(Outcome.RANK_FAILURE, f"step exited with code {end.status}", step=step)
@@ -373,6 +378,7 @@ class Job:
     policy: Restart
     planned: int
     tasks_per_node: int
+    components: Components = field(default_factory=Components)
 
     @classmethod
     def from_env(cls) -> Job:
@@ -383,7 +389,7 @@ class Job:
         job = resolved.job
         tasks = 1 if job.launcher == "torchrun" else job.resources.ntasks_per_node
         ref = os.environ.get("HPCTRAIN_JOB_REF") or os.environ.get("SLURM_JOB_ID", "")
-        return cls(run, ref, job.restart, job.resources.nodes, tasks)
+        return cls(run, ref, job.restart, job.resources.nodes, tasks, Components.of(resolved))
 
     def act(self, history: History, last: AttemptLine | None, status: int = 1) -> str:
         """Decide, record the next start when launching, and return the batch script's line."""
@@ -431,7 +437,7 @@ class Job:
             decision = Decision("done" if status == 0 else "fail", status)
             return decision.line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
-        line = classify(read_step_end(self.run, status, start, allocation), start, history)
+        line = classify(read_step_end(self.run, status, start, allocation), start, history, self.components)
         history.append(self.run, line)
         return self.act(history, line, status)
 
