@@ -153,9 +153,10 @@ class RankHeartbeat:
             log.warning("heartbeat of node %s not written: %s", where.node, error)
 
     def leave(self) -> None:
-        """Free this rank's slot: a rank that finished before the others (a parameter-server
-        worker) is then no longer in its node's file, instead of looking silent there."""
+        """Free this rank's slot and write the node's file without it, lease or not: a rank that
+        finished before the others (a parameter-server worker) then no longer looks silent there."""
         IDENT.pack_into(self._map, self._offset, bytes(4), -1, 0)
+        self.write_node_file(time.time())
 
     def run_ticker(self) -> None:
         while not self._stop.wait(TICK_S):

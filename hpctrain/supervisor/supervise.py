@@ -263,13 +263,30 @@ def answering_again(nodes: list[str]) -> list[str]:
     ]
 
 
+def het_groups(env: dict[str, str] | None = None) -> dict[str, int]:
+    """The component of each node of a heterogeneous job ({} for any other job): srun from the
+    batch script reaches a node of another component only with its --het-group."""
+    env = dict(os.environ) if env is None else env
+    prefix = "SLURM_JOB_NODELIST_HET_GROUP_"
+    groups: dict[str, int] = {}
+    for key, nodelist in sorted(env.items()):
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            for node in hostnames(nodelist):
+                groups.setdefault(node, int(key[len(prefix) :]))
+    return groups
+
+
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
     """Nodes of the attempt that are gone: out of the allocation, marked dead, or not answering."""
     records = node_records(nodes)
     gone = [n for n in nodes if n not in allocation or is_dead(records.get(n, {}).get("State", ""))]
     rest = [n for n in nodes if n not in gone]
+    groups = het_groups()
     with ThreadPoolExecutor(max_workers=min(16, len(rest) or 1)) as pool:
-        replies = pool.map(lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S), rest)
+        replies = pool.map(
+            lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S, het_group=groups.get(node)),
+            rest,
+        )
         silent = [n for n, ok in zip(rest, replies, strict=True) if not ok]
     return sorted(gone + silent)
 

@@ -73,6 +73,8 @@ class Context:
     node: str
     signum: signal.Signals
     started: float = field(default_factory=time.time)
+    het_groups: dict[str, int] = field(default_factory=dict)
+    """A heterogeneous job's node -> component (srun reaches another component's node with it)."""
     missing: list[str] = field(default_factory=list)
     """Lost nodes this (shrunk) attempt runs without; when one answers again, the job checkpoints
     and requeues to grow back onto it (empty: not shrunk, or no requeue to grow back with)."""
@@ -158,6 +160,8 @@ def running(pid: int) -> bool:
 
 def _srun_on(ctx: Context, node: str, command: list[str], timeout: float) -> bool:
     srun = ["srun", "--overlap", f"--jobid={ctx.job_id}", "-w", node, "-N1", "-n1", "--quiet"]
+    if node in ctx.het_groups:
+        srun.append(f"--het-group={ctx.het_groups[node]}")
     try:
         proc = subprocess.run(srun + command, capture_output=True, text=True, timeout=timeout, check=False)
     except (subprocess.TimeoutExpired, OSError):
@@ -270,6 +274,17 @@ def end_rank(ctx: Context, seen: Seen) -> None:
             pass
 
 
+def to_give_up(components: Components, late: list[Seen], ranks: list[Seen]) -> list[Seen]:
+    """The late ranks to end alone, the job going on without them: the stopped or dead ones when
+    there are any (the others may only be waiting for them, as a sync server and its workers wait
+    for a stopped worker), else every late one; none unless all are expendable and a worker is left."""
+    stopped = [r for r in late if not r.responsive]
+    chosen = [r for r in (stopped or late) if components.expendable(r.rank)]
+    if len(chosen) < len(stopped or late):
+        return []  # a stopped server, or a late one that no worker is stuck behind: a hang of the job
+    return chosen if components.can_lose([r.rank for r in chosen], [r.rank for r in ranks]) else []
+
+
 def give_up_on(ctx: Context, late: list[Seen]) -> None:
     """Expendable ranks that stopped advancing (parameter-server workers, hung or dead): end their
     processes and watch the others; the servers drop them and train on."""
@@ -339,7 +354,8 @@ def ranks_gone(
         gone = [
             n
             for n in silent
-            if ctx.job_id and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id)
+            if ctx.job_id
+            and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id, ctx.het_groups.get(n))
         ]
         if not gone:
             return False
@@ -386,14 +402,16 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
             while len(samples) > MAX_STEP_SAMPLES:
                 samples.pop(next(iter(samples)))
             median_s = hang_rule.median_step_s(samples.values())
+            # A node whose ranks have all left (parameter-server workers that finished) is not silent.
             silent = sorted(
                 b.node
                 for b in beats
-                if now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
+                if b.ranks and now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
             )
             late = hang_rule.overdue(ctx.settings, ranks, median_s)
-            if late and ctx.components.can_lose([r.rank for r in late], [r.rank for r in ranks]):
-                give_up_on(ctx, late)
+            expendable = to_give_up(ctx.components, late, ranks)
+            if expendable:
+                give_up_on(ctx, expendable)
                 continue
             if finished_without_lost(ctx):
                 say("training completed; ending the step, which still waits for the ranks given up on")
@@ -446,6 +464,7 @@ def context_from_env() -> Context:
         if resolved.preemption.requeue
         else [],
         components=Components.of(resolved),
+        het_groups=supervise.het_groups(),
     )
 
 

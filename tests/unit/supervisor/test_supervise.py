@@ -399,3 +399,26 @@ def test_a_shrunk_job_grows_back_at_its_requeue_once_the_node_answers() -> None:
     )
     blamed = History([*lines[:2], start(1), end(1, "hang", ["node2"]), start(2), end(2, "hang", ["node2"])])
     assert blamed.lost_nodes() == [] and "node2" in blamed.excluded(True)
+
+
+def test_a_hetjobs_nodes_map_to_their_components() -> None:
+    env = {
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "node1",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "node[2-3]",
+        "SLURM_JOB_NODELIST": "node1",
+    }
+    assert supervise.het_groups(env) == {"node1": 0, "node2": 1, "node3": 1}
+    assert supervise.het_groups({"SLURM_JOB_NODELIST": "node[1-2]"}) == {}
+
+
+def test_a_killed_parameter_server_is_blamed_by_its_role_not_its_workers() -> None:
+    from hpctrain.spec import ParameterServer
+    from hpctrain.supervisor.components import Components
+
+    lost = "PSFailed: worker 0 on node2: server 0 on node1 stopped answering (connection closed)"
+    workers = [failure(1, lost, 60, 1.0), failure(2, lost.replace("worker 0", "worker 1"), 60, 1.0)]
+    killed = [FailedTask("0", "node1", "Killed")]
+    end = StepEnd(137, failures=workers, killed=killed, latest_step=60)
+    line = classify(end, start(0), History(), Components(ParameterServer(servers=1)))
+    assert line.outcome == "rank_failure" and line.reason.startswith("server 0 (rank 0) on node1: Killed")
+    assert "2 other rank(s) then lost their peer" in line.reason
