@@ -299,10 +299,9 @@ def give_up_on(ctx: Context, late: list[Seen]) -> None:
         ctx.lost.add(seen.rank)
 
 
-def finished_without_lost(ctx: Context) -> bool:
-    """Training completed while a rank given up on still holds the step (srun waits for every task)."""
-    if not ctx.lost:
-        return False
+def training_completed(ctx: Context) -> bool:
+    """The run's result says training reached its last step: a rank that still holds the step then
+    (a stopped parameter-server worker that srun waits for) is no hang."""
     result = ctx.run.read_result()
     return isinstance(result, Result) and result.status == "completed" and result.step >= result.steps
 
@@ -409,14 +408,14 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
                 if b.ranks and now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
             )
             late = hang_rule.overdue(ctx.settings, ranks, median_s)
+            if (late or ctx.lost) and training_completed(ctx):
+                say("training completed; ending the step, which still waits for ranks that stopped")
+                end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
+                return 0
             expendable = to_give_up(ctx.components, late, ranks)
             if expendable:
                 give_up_on(ctx, expendable)
                 continue
-            if finished_without_lost(ctx):
-                say("training completed; ending the step, which still waits for the ranks given up on")
-                end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
-                return 0
             # Late ranks all on nodes that went silent: first find out whether those nodes still answer.
             hang = late and not {r.node for r in late} <= set(silent)
             if hang and declare_hang(ctx, step_pid, beats, median_s):

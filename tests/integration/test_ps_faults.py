@@ -50,8 +50,11 @@ def status_text(job_id: str) -> str:
     return proc.stdout
 
 
-def kill_mid_training(mode: str, rank: int, at_step: int) -> tuple[dict[str, Any], Path]:
-    """Submit the digits PS hetjob, kill -9 `rank` once the servers are at `at_step`, wait for its end."""
+def kill_mid_training(
+    mode: str, rank: int, at_step: int, sig: signal.Signals = signal.SIGKILL, *overrides: str
+) -> tuple[dict[str, Any], Path]:
+    """Submit the digits PS hetjob, send `sig` to `rank` once the servers are at `at_step`, wait
+    for the job's end."""
     done = submit(
         PS_JOB,
         f"train.steps={STEPS}",
@@ -62,13 +65,14 @@ def kill_mid_training(mode: str, rank: int, at_step: int) -> tuple[dict[str, Any
         "train.checkpoint_every=20",
         "train.entrypoint=tests.launcher:faulty",
         "train.options.delay_s=0.03",
+        *overrides,
     )
     job_id = done["job_id"]
     try:
         entry = wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
         run = run_dir(entry)
         assert wait_for(lambda: latest_step(run) >= at_step, timeout=300), logs(run)
-        faults.signal_rank(run, rank, signal.SIGKILL)
+        faults.signal_rank(run, rank, sig)
         final = wait_state(job_id, set(), timeout=400)
         assert final["state"] == "COMPLETED", logs(run)
         return final, run
@@ -122,3 +126,17 @@ def test_a_killed_server_restarts_from_its_checkpoint_and_the_workers_carry_on(
     assert {w.status for w in result.per_worker.values()} == {"finished"}, result.per_worker
     text = status_text(final["job_id"])
     assert "restarts: 1 of 3 (rank_failure" in text and "server 0 (rank 0) on " in text, text
+
+
+def test_a_stopped_server_is_a_hang_named_by_its_role_and_restarts_from_its_checkpoint(
+    hpctrain_home: Path, tmp_path: Path
+) -> None:
+    """kill -STOP of the server: the watchdog names it hung, ends the step, and the next attempt
+    resumes from the checkpoint (before the workers' own timeout would have given up on it)."""
+    final, run = kill_mid_training("async", SERVER, 60, signal.SIGSTOP, "watchdog.hang_timeout=10")
+    result_of(run)
+    history = History.read(RunDir(run))
+    assert [line.outcome for line in history.ends] == ["hang", "completed"], logs(run)
+    assert history.ends[0].reason.startswith("server 0 (rank 0) on "), history.ends[0].reason
+    assert "hung at step" in history.ends[0].reason, history.ends[0].reason
+    assert "server 0 (rank 0) on " in status_text(final["job_id"])

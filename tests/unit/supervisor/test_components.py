@@ -107,14 +107,21 @@ def guard(run: RunDir, monkeypatch: pytest.MonkeyPatch, step_s: float = 60) -> d
     return did
 
 
-def test_a_dead_worker_is_given_up_on_alone_and_a_finished_run_ends_the_step(
+def test_a_dead_worker_is_given_up_on_alone(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = ps_run(tmp_path, worker_silent=40)
+    did = guard(run, monkeypatch, step_s=2)  # the step ends by itself
+    assert did["ended_ranks"] == [2] and did["lost"] == {2}, did
+    assert "step_ids" not in did  # the step was not ended
+    assert read_json(run.hang_report, HangReport) is None
+
+
+def test_a_stopped_rank_that_holds_a_completed_run_ends_the_step_without_a_hang(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     run = ps_run(tmp_path, worker_silent=40)
     run.write_result(Result(step=200, steps=200))  # the others finished training meanwhile
     did = guard(run, monkeypatch)
-    assert did["ended_ranks"] == [2] and did["lost"] == {2}, did
-    assert did["step_ids"] == {"0"}  # ended because training completed, not as a hang
+    assert did["step_ids"] == {"0"}, did
     assert read_json(run.hang_report, HangReport) is None
 
 
