@@ -101,11 +101,11 @@ def test_a_killed_worker_is_dropped_and_the_others_finish(
     result = result_of(run)
     assert result.per_worker is not None and result.per_worker["1"].status == "dropped", result.per_worker
     assert result.per_worker["0"].status == "finished", result.per_worker
-    # One attempt: the step went on without the worker, nothing was restarted.
-    assert [line.outcome for line in History.read(RunDir(run)).ends] == ["completed"], logs(run)
     # Status names the component, its node and what happened to it.
     text = status_text(final["job_id"])
     assert f"worker 1: dropped (lost on {worker_node(result)} at its step" in text, text
+    # One attempt, watched by the supervisor: the step went on without the worker, no restart.
+    assert [line.outcome for line in History.read(RunDir(run)).ends] == ["completed"], logs(run)
 
 
 def test_a_killed_server_restarts_from_its_checkpoint_and_the_workers_carry_on(
