@@ -276,6 +276,19 @@ def het_groups(env: dict[str, str] | None = None) -> dict[str, int]:
     return groups
 
 
+def het_job_ids(env: dict[str, str] | None = None) -> list[str]:
+    """A heterogeneous job's component job ids, in component order ([] for any other job): a step
+    over every component has a part under each id."""
+    env = dict(os.environ) if env is None else env
+    prefix = "SLURM_JOB_ID_HET_GROUP_"
+    found = {
+        int(k[len(prefix) :]): v
+        for k, v in env.items()
+        if k.startswith(prefix) and k[len(prefix) :].isdigit()
+    }
+    return [found[group] for group in sorted(found) if found[group].isdigit()]
+
+
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
     """Nodes of the attempt that are gone: out of the allocation, marked dead, or not answering."""
     records = node_records(nodes)

@@ -75,6 +75,8 @@ class Context:
     started: float = field(default_factory=time.time)
     het_groups: dict[str, int] = field(default_factory=dict)
     """A heterogeneous job's node -> component (srun reaches another component's node with it)."""
+    component_jobs: list[str] = field(default_factory=list)
+    """A heterogeneous job's component job ids (SLURM_JOB_ID_HET_GROUP_N); [] for other jobs."""
     missing: list[str] = field(default_factory=list)
     """Lost nodes this (shrunk) attempt runs without; when one answers again, the job checkpoints
     and requeues to grow back onto it (empty: not shrunk, or no requeue to grow back with)."""
@@ -201,7 +203,9 @@ def end_step(
     if ctx.job_id and step_ids:
         # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
         # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
-        cancels = kill_steps(ctx.job_id, step_ids)
+        # A hetjob's step has a part in each component, each under the component's own job id.
+        jobs = ctx.component_jobs or [ctx.job_id]
+        cancels = [cancel for job in jobs for cancel in kill_steps(job, step_ids)]
         # This node's ranks ending tells that the scancel has been carried out (the other live
         # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
         deadline = time.monotonic() + wait_s
@@ -464,6 +468,7 @@ def context_from_env() -> Context:
         else [],
         components=Components.of(resolved),
         het_groups=supervise.het_groups(),
+        component_jobs=supervise.het_job_ids(),
     )
 
 

@@ -133,7 +133,9 @@ def test_a_stopped_server_is_a_hang_named_by_its_role_and_restarts_from_its_chec
 ) -> None:
     """kill -STOP of the server: the watchdog names it hung, ends the step, and the next attempt
     resumes from the checkpoint (before the workers' own timeout would have given up on it)."""
-    final, run = kill_mid_training("async", SERVER, 60, signal.SIGSTOP, "watchdog.hang_timeout=10")
+    # Slower steps and fresher node files: the server is stopped mid-training, seen at its step.
+    slower = ("watchdog.hang_timeout=10", "watchdog.heartbeat_interval=1", "train.options.delay_s=0.1")
+    final, run = kill_mid_training("async", SERVER, 100, signal.SIGSTOP, *slower)
     result_of(run)
     history = History.read(RunDir(run))
     assert [line.outcome for line in history.ends] == ["hang", "completed"], logs(run)

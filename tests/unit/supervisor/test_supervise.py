@@ -409,6 +409,9 @@ def test_a_hetjobs_nodes_map_to_their_components() -> None:
     }
     assert supervise.het_groups(env) == {"node1": 0, "node2": 1, "node3": 1}
     assert supervise.het_groups({"SLURM_JOB_NODELIST": "node[1-2]"}) == {}
+    ids = {"SLURM_JOB_ID_HET_GROUP_1": "1653", "SLURM_JOB_ID_HET_GROUP_0": "1652", "SLURM_JOB_ID": "1652"}
+    assert supervise.het_job_ids(ids) == ["1652", "1653"]
+    assert supervise.het_job_ids({"SLURM_JOB_ID": "7"}) == []
 
 
 def test_a_killed_parameter_server_is_blamed_by_its_role_not_its_workers() -> None:
