@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from hpctrain.errors import HpctrainError, InputError
 from hpctrain.scheduler import NAMES as BACKENDS  # the backends `backend=` names; costs no backend import
@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     # Imported where used: `import hpctrain.api` must cost the CLI nothing it does not use.
     from hpctrain import spec
     from hpctrain.launch.submission import Request
+    from hpctrain.report.build import Written
     from hpctrain.rundir import MetricLine, Result, RunDir, SweepRecord
     from hpctrain.rundir import Run as RunRecord
+    from hpctrain.runs.index import Index
     from hpctrain.runs.logs import LogMerger
     from hpctrain.runs.status import RunStatus
     from hpctrain.site.lookup import SiteEntry
+    from hpctrain.spec import FieldDoc
     from hpctrain.sweep.status import SweepStatus, TrialStatus
 
 __all__ = [
@@ -34,12 +37,14 @@ __all__ = [
     "JobSource",
     "NoLog",
     "NoResult",
+    "NothingToReport",
     "Run",
     "Sweep",
     "WaitTimeout",
     "cancel",
     "example",
     "examples",
+    "fields",
     "find_run",
     "find_runs",
     "find_sweep",
@@ -48,6 +53,8 @@ __all__ = [
     "log_tail",
     "ranked",
     "render",
+    "report",
+    "run_index",
     "runs",
     "site_search_path",
     "sites",
@@ -104,6 +111,46 @@ def site_search_path() -> list[tuple[str, Path]]:
     from hpctrain.site.lookup import search_path
 
     return search_path()
+
+
+def fields(what: Literal["job", "site", "files"], under: str = "") -> list[FieldDoc]:
+    """The documented fields of the job spec, the site profile or the run directory's files (`under`: a
+    file such as result.json, a struct such as Result, or a field prefix such as train.); SpecError when
+    nothing matches."""
+    from hpctrain import rundir, spec
+    from hpctrain.errors import SpecError
+
+    field = under
+    if what == "files":
+        structs = rundir.file_structs()
+        if field in structs:
+            kinds, field = structs[field], ""
+        else:
+            kinds = rundir.file_struct_kinds()
+        docs = [row for kind in kinds for row in spec.field_docs(kind, kind.__name__ + ".")]
+    elif what in ("job", "site"):
+        docs = spec.field_docs(spec.JobSpec if what == "job" else spec.Site)
+    else:
+        raise InputError(f"fields: {what!r} is not one of job, site, files")
+    field = field.rstrip(".")
+    rows = [r for r in docs if not field or r.name == field or r.name.startswith(field + ".")]
+    if not rows:
+        if what == "files":
+            missing, listed = "file or field", f"the files: {', '.join(rundir.file_structs())}"
+        else:
+            missing, listed = "field", f"`hpctrain explain {what}` lists them"
+        raise SpecError(f"explain {what}: no {missing} {under!r}; {listed}")
+    return rows
+
+
+def run_index() -> Index:
+    """The index of this user's runs (index.jsonl and its archive): check, compact, adopt cut-short
+    submits. Warnings about unreadable lines are left to its check."""
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.index_lines import silence_warnings
+
+    silence_warnings()
+    return Index()
 
 
 def spec_json(resolved: spec.Resolved) -> str:
@@ -325,6 +372,34 @@ class Run:
             if why := leaves(self.run_dir, path):
                 raise HpctrainError(f"refusing to read {path}: {why}")
 
+    def report(self, out: Path | None = None) -> Written:
+        """Figures and report.md of the run (its state polled now; the recorded one if that fails)."""
+        import sys
+
+        import msgspec
+
+        from hpctrain.rundir import RunDir
+        from hpctrain.runs.index import Index
+        from hpctrain.runs.poll import ended, refresh
+
+        tracked = self.record
+        try:
+            (polled,) = refresh(Index(), [tracked])
+        except HpctrainError as err:
+            print(f"hpctrain: warning: state not polled ({err}); showing the recorded one", file=sys.stderr)
+        else:
+            if polled.info is not None:
+                tracked = msgspec.structs.replace(tracked, state=polled.info.state.value)
+        return _report_dir(
+            RunDir(tracked.run_dir),
+            out,
+            title=tracked.name,
+            state=tracked.state,
+            job_id=tracked.job_id or "",
+            ended=ended(tracked),
+            run_id=tracked.run_id,
+        )
+
     def cancel(self) -> None:
         """Cancel the run's job (one scheduler call)."""
         cancel([self])
@@ -495,6 +570,12 @@ class Sweep:
             time.sleep(delay)
             delay = min(MIN_INTERVAL_S, delay * 2)
 
+    def report(self, out: Path | None = None) -> Written:
+        """The sweep's report: the metric per parameter (`out` may name that FILE.png), trials, best."""
+        from hpctrain.report.sweep import report_sweep
+
+        return report_sweep(self.root, self.record, out)
+
     def cancel(self) -> list[str]:
         """Cancel every array of the sweep (one scheduler call); the array job ids."""
         from hpctrain.runs.index import Index
@@ -522,6 +603,56 @@ def survey(handles: Sequence[Sweep]) -> list[SweepStatus]:
     return survey_records([(h.root, h.record) for h in handles])
 
 
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+
+class NothingToReport(HpctrainError):
+    """The key names neither a tracked job or sweep nor a run directory."""
+
+
+def report(target: str | Path, out: Path | None = None) -> Written:
+    """Figures (PNG) and a one-page summary (report.md) of a run, an array job or a sweep, named by job id,
+    run id, sweep id or the path of its run directory; `out`: their folder (default: report/ in the run
+    directory). Works on a run still going (a snapshot) and on one that ended; matplotlib draws them."""
+    from hpctrain import rundir
+    from hpctrain.runs.index import Index, check_key
+    from hpctrain.sweep import plan
+
+    key = str(target)
+    path = Path(check_key(key))
+    if key not in (".", "..") and path.is_dir():
+        record = plan.load(path)
+        if isinstance(record, plan.SweepRecord):
+            return Sweep(path, record).report(out)
+        root = rundir.RunDir(path)
+        if {rundir.METRICS, rundir.SPEC, rundir.RESULT} & root.names or root.elements():
+            return _report_dir(root, out, title=path.name, state="", job_id="", ended=True)
+    found = sweeps([key], require=False)
+    if found:
+        return found[0].report(out)
+    runs_, _ = Index().find([key])
+    if not runs_:
+        raise NothingToReport(f"{key} is neither a job, run or sweep tracked by hpctrain nor a run directory")
+    return Run(runs_[0]).report(out)
+
+
+def _report_dir(run: RunDir, out: Path | None, **about: str | bool) -> Written:
+    """One run, or the elements of an array job (trials without a sweep) when the root has no metrics."""
+    from hpctrain import rundir
+    from hpctrain.report.build import FOLDER, Trial, report_run, report_trials
+    from hpctrain.report.summary import Subject
+
+    subject = Subject(root=str(run.root), **about)  # type: ignore[arg-type]
+    folder = out or run.root / FOLDER
+    elements = run.elements()
+    if elements and rundir.METRICS not in run.names:
+        trials = [Trial(f"element {i}", run.element(i)) for i in elements]
+        return report_trials(trials, subject, folder)
+    return report_run(run, subject, folder)
+
+
 def __getattr__(name: str) -> Any:
     """The contract's structs, by name, for type hints (`hpctrain.api.RunStatus`); imported on first use."""
     module = _STRUCTS.get(name)
@@ -539,6 +670,7 @@ _STRUCTS: Mapping[str, str] = {
     "RunStatus": "hpctrain.runs.status",
     "Result": "hpctrain.rundir",
     "MetricLine": "hpctrain.rundir",
+    "REQUIRED": "hpctrain.spec.docs",
     "SweepStatus": "hpctrain.sweep.status",
     "TrialStatus": "hpctrain.sweep.status",
 }

@@ -184,12 +184,11 @@ def report(keys: list[str], args: argparse.Namespace) -> int:
     """The same report as `hpctrain report SWEEP` (hpctrain.report.sweep)."""
     from hpctrain import api
     from hpctrain.cli.view.report import show
-    from hpctrain.report.sweep import report_sweep
 
     found = api.sweeps(keys)
     if len(found) != 1:
         raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
-    show(report_sweep(found[0].root, found[0].record, args.out))
+    show(found[0].report(args.out))
     return 0
 
 
