@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hpctrain.errors import HpctrainError, InputError
-from hpctrain.scheduler import NAMES as BACKENDS  # the backends `backend=` names; costs no backend import
+from hpctrain.errors import BackendError, HpctrainError, InputError, SpecError
+from hpctrain.scheduler import NAMES  # costs no backend import
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
 
 if TYPE_CHECKING:
@@ -34,11 +34,15 @@ __all__ = [
     "AFTER_KINDS",
     "BACKENDS",
     "AfterKind",
+    "BackendError",
+    "HpctrainError",
+    "InputError",
     "JobSource",
     "NoLog",
     "NoResult",
     "NothingToReport",
     "Run",
+    "SpecError",
     "Sweep",
     "WaitTimeout",
     "cancel",
@@ -66,6 +70,10 @@ __all__ = [
     "sweeps",
     "wait_all",
 ]
+
+BACKENDS = NAMES
+"""The scheduler backends `backend=` takes: auto ($HPCTRAIN_BACKEND, else slurm), slurm (the Slurm
+commands), pyslurm, local (this machine, no Slurm)."""
 
 JobSource = Any
 """A job: a spec file's path, the name of a shipped example (`digits-ddp`), a `hpctrain.spec.JobSpec`, or the
@@ -118,7 +126,6 @@ def fields(what: Literal["job", "site", "files"], under: str = "") -> list[Field
     file such as result.json, a struct such as Result, or a field prefix such as train.); SpecError when
     nothing matches."""
     from hpctrain import rundir, spec
-    from hpctrain.errors import SpecError
 
     field = under
     if what == "files":
@@ -197,7 +204,6 @@ def submit(
     dependency, added to any `dependency` the spec sets). `check`: the entrypoint and path checks.
     A refusal by the scheduler raises BackendError; the run stays recorded as SUBMIT_FAILED.
     """
-    from hpctrain.errors import BackendError
     from hpctrain.launch.submission import submit as submit_run
 
     waits = [_job_id_of(one) for one in after]
@@ -260,10 +266,12 @@ class Run:
 
     @property
     def name(self) -> str:
+        """The job's name."""
         return self.record.name
 
     @property
     def run_dir(self) -> Path:
+        """The run directory: spec, script, logs, metrics, result (docs/run-directory.md)."""
         return self.record.run_dir
 
     def status(self) -> RunStatus:
@@ -535,6 +543,7 @@ class Sweep:
 
     @property
     def sweep_id(self) -> str:
+        """The sweep's run directory's name."""
         return self.record.sweep_id
 
     def status(self) -> SweepStatus:
@@ -664,7 +673,10 @@ def __getattr__(name: str) -> Any:
 
 
 _STRUCTS: Mapping[str, str] = {
+    "FieldDoc": "hpctrain.spec",
     "JobSpec": "hpctrain.spec",
+    "Resources": "hpctrain.spec",
+    "Train": "hpctrain.spec",
     "MAX_TRIALS": "hpctrain.spec.sweep",
     "Resolved": "hpctrain.spec",
     "RunStatus": "hpctrain.runs.status",

@@ -98,6 +98,7 @@ AfterKind = Literal["afterok", "afterany", "afternotok"]
 """When a job that waits for others (a Slurm dependency) may start: when they all completed (afterok),
 ended however (afterany) or failed (afternotok)."""
 AFTER_KINDS: tuple[AfterKind, ...] = ("afterok", "afterany", "afternotok")
+"""The values of AfterKind (`--after-kind` choices)."""
 
 
 # A job carries the id of its run in its comment, so that the run of a job whose submit was killed
