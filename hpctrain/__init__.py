@@ -15,6 +15,8 @@ def __getattr__(name: str) -> Any:
     import importlib
 
     api = importlib.import_module("hpctrain.api")  # `from hpctrain import api` would come back here
+    if name == "api":
+        return api
     try:
         return getattr(api, name)
     except AttributeError:
