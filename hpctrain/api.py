@@ -46,20 +46,20 @@ __all__ = [
     "Sweep",
     "WaitTimeout",
     "cancel",
-    "example",
-    "examples",
+    "example_job",
+    "example_jobs",
     "fields",
     "find_run",
     "find_runs",
     "find_sweep",
+    "list_runs",
+    "list_sweeps",
     "load_job",
     "log_chunk",
     "log_tail",
     "ranked",
     "render",
-    "report",
     "run_index",
-    "runs",
     "site_search_path",
     "sites",
     "spec_json",
@@ -67,8 +67,8 @@ __all__ = [
     "submit",
     "submit_sweep",
     "survey",
-    "sweeps",
     "wait_all",
+    "write_report",
 ]
 
 BACKENDS = NAMES
@@ -92,14 +92,14 @@ class NoLog(HpctrainError):
     """The run is tracked but the asked-for log does not exist (yet)."""
 
 
-def examples() -> dict[str, Path]:
+def example_jobs() -> dict[str, Path]:
     """The example job specs shipped with hpctrain, by name (submit one by its name)."""
     from hpctrain.spec.resources import example_jobs
 
     return example_jobs()
 
 
-def example(name: str) -> Path:
+def example_job(name: str) -> Path:
     """The file of the shipped example `name`; SpecError naming the examples when there is none."""
     from hpctrain.spec.resources import job_file
 
@@ -221,7 +221,7 @@ def _job_id_of(run: Run | str) -> str:
     return run.job_id
 
 
-def runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
+def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
     """Tracked runs: those named by job id or run id (an unknown one: NotTracked), else the recent ones
     (active, or ended within a day), or with `everything` every run, newest first, at most `limit`."""
     from hpctrain.runs.index import Index
@@ -242,7 +242,7 @@ def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
 
 def find_run(key: str) -> Run:
     """The one run a job id or run id names; NotTracked when none."""
-    return runs([key])[0]
+    return list_runs([key])[0]
 
 
 class Run:
@@ -500,7 +500,7 @@ def submit_sweep(
     return Sweep(home() / "runs" / record.sweep_id, record)
 
 
-def sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
+def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
     """The sweeps named by sweep id (or a prefix, or an array's job id), else every tracked sweep.
     An unknown key raises InputError, unless `require` is false (then it is left out)."""
     from hpctrain import rundir
@@ -528,7 +528,7 @@ def sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
 
 def find_sweep(key: str) -> Sweep:
     """The one sweep a sweep id (or an array's job id) names; InputError when none."""
-    return sweeps([key])[0]
+    return list_sweeps([key])[0]
 
 
 class Sweep:
@@ -621,7 +621,7 @@ class NothingToReport(HpctrainError):
     """The key names neither a tracked job or sweep nor a run directory."""
 
 
-def report(target: str | Path, out: Path | None = None) -> Written:
+def write_report(target: str | Path, out: Path | None = None) -> Written:
     """Figures (PNG) and a one-page summary (report.md) of a run, an array job or a sweep, named by job id,
     run id, sweep id or the path of its run directory; `out`: their folder (default: report/ in the run
     directory). Works on a run still going (a snapshot) and on one that ended; matplotlib draws them."""
@@ -638,7 +638,7 @@ def report(target: str | Path, out: Path | None = None) -> Written:
         root = rundir.RunDir(path)
         if {rundir.METRICS, rundir.SPEC, rundir.RESULT} & root.names or root.elements():
             return _report_dir(root, out, title=path.name, state="", job_id="", ended=True)
-    found = sweeps([key], require=False)
+    found = list_sweeps([key], require=False)
     if found:
         return found[0].report(out)
     runs_, _ = Index().find([key])

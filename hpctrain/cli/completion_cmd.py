@@ -65,10 +65,10 @@ def words(kind: str) -> list[str]:
     from hpctrain import api
 
     if kind == "jobs":
-        return list(api.examples())
+        return list(api.example_jobs())
     if kind == "sites":
         return sorted({e.name for e in api.sites(describe=False)})
-    return [r.job_id for r in api.runs(everything=True, limit=200) if r.job_id]
+    return [r.job_id for r in api.list_runs(everything=True, limit=200) if r.job_id]
 
 
 def script(shell: str) -> str:

@@ -18,8 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from hpctrain import api
 
-    examples = api.examples()
-    chosen = {args.name: api.example(args.name)} if args.name else examples
+    examples = api.example_jobs()
+    chosen = {args.name: api.example_job(args.name)} if args.name else examples
     if args.copy:
         from hpctrain.cli.view.user_files import write_user_files
 

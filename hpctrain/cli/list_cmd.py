@@ -30,7 +30,7 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.cli.view.table import print_json, table
 
     limit = None if args.all else max(args.limit, 1)
-    runs = [handle.record for handle in api.runs(everything=True, limit=limit + 1 if limit else None)]
+    runs = [handle.record for handle in api.list_runs(everything=True, limit=limit + 1 if limit else None)]
     if limit and len(runs) > limit:
         runs = runs[:limit]
         print(f"hpctrain: the newest {limit} runs; `hpctrain list --all` shows every one", file=sys.stderr)

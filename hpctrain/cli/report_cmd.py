@@ -30,5 +30,5 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain import api
     from hpctrain.cli.view.report import show
 
-    show(api.report(args.target, args.out))
+    show(api.write_report(args.target, args.out))
     return 0

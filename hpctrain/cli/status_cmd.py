@@ -36,7 +36,7 @@ def run(args: argparse.Namespace) -> int:
         if (code := status_hook(args)) is not None:
             return code
 
-    runs = api.runs(args.jobs, everything=args.all)
+    runs = api.list_runs(args.jobs, everything=args.all)
     detail = bool(args.jobs)
     if args.watch:
         statuses = wait_for(runs, quiet=args.json, interval=args.interval, detail=detail)

@@ -115,7 +115,7 @@ def submit(args: argparse.Namespace) -> int:
 def status(keys: list[str], args: argparse.Namespace) -> int:
     from hpctrain import api
 
-    summaries = api.survey(api.sweeps(keys))
+    summaries = api.survey(api.list_sweeps(keys))
     if args.json:
         import msgspec
 
@@ -160,7 +160,7 @@ def _all_sweeps(args: argparse.Namespace) -> list[str]:
     from hpctrain import api
 
     keys = list(getattr(args, "jobs", []) or [])
-    return keys if keys and len(api.sweeps(keys, require=False)) == len(keys) else []
+    return keys if keys and len(api.list_sweeps(keys, require=False)) == len(keys) else []
 
 
 def status_hook(args: argparse.Namespace) -> int | None:
@@ -174,7 +174,7 @@ def cancel(keys: list[str], args: argparse.Namespace) -> int:
 
     if not keys:
         raise SpecError("name the sweep to cancel: hpctrain sweep cancel SWEEP")
-    for handle in api.sweeps(keys):
+    for handle in api.list_sweeps(keys):
         ids = handle.cancel()  # one scancel for every array of the sweep
         print(f"Cancelled sweep {handle.sweep_id}: arrays {', '.join(ids)}")
     return 0
@@ -185,7 +185,7 @@ def report(keys: list[str], args: argparse.Namespace) -> int:
     from hpctrain import api
     from hpctrain.cli.view.report import show
 
-    found = api.sweeps(keys)
+    found = api.list_sweeps(keys)
     if len(found) != 1:
         raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
     show(found[0].report(args.out))

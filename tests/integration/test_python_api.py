@@ -39,7 +39,7 @@ def test_submit_wait_and_read_a_run_through_the_api(hpctrain_home: Path) -> None
     assert train_steps[-1] == 30 and any(isinstance(line, EvalLine) for line in metrics)
     assert "rank 0" in run.logs(rank=0)
     assert hpctrain.find_run(run.job_id or "").run_id == run.run_id
-    assert run.run_id in {r.run_id for r in hpctrain.runs()}
+    assert run.run_id in {r.run_id for r in hpctrain.list_runs()}
 
 
 def test_a_job_waits_for_the_one_it_comes_after_and_a_cancel_ends_both(hpctrain_home: Path) -> None:
@@ -77,7 +77,7 @@ def test_the_pipeline_example_runs_its_stages_one_after_the_other(hpctrain_home:
     assert proc.returncode == 0, proc.stdout + proc.stderr
     done = [line for line in proc.stdout.splitlines() if "eval loss" in line]
     assert [line.split(":")[0] for line in done] == ["smoke", "train", "seed 1"], proc.stdout
-    runs = {r.name: r for r in hpctrain.runs(everything=True)}
+    runs = {r.name: r for r in hpctrain.list_runs(everything=True)}
     train = runs["digits-train"]
     smoke_id = runs["digits-smoke"].job_id
     # The training was submitted to wait for the smoke run.

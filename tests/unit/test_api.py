@@ -109,7 +109,7 @@ def test_a_refused_submission_raises_and_stays_recorded(
     monkeypatch.setattr(SlurmCliBackend, "submit", refuse)
     with pytest.raises(BackendError, match="invalid account"):
         api.submit(JOB, "local", backend="slurm")
-    (recorded,) = api.runs(everything=True)
+    (recorded,) = api.list_runs(everything=True)
     assert recorded.record.state == JobState.SUBMIT_FAILED and recorded.job_id is None
 
 
@@ -180,11 +180,23 @@ def test_cancel_asks_the_scheduler_once_for_every_run_of_a_backend(
     track(hpctrain_home, "81", "PENDING", backend="slurm")
     calls: list[list[str]] = []
     monkeypatch.setattr(SlurmCliBackend, "cancel", lambda self, ids: calls.append(list(ids)))
-    api.cancel(api.runs(["80", "81"]))
+    api.cancel(api.list_runs(["80", "81"]))
     assert sorted(calls[0]) == ["80", "81"] and len(calls) == 1
-    assert {r.record.reason for r in api.runs(["80", "81"])} == {"cancel requested"}
+    assert {r.record.reason for r in api.list_runs(["80", "81"])} == {"cancel requested"}
 
 
 def test_an_unknown_run_is_an_error_of_hpctrain() -> None:
     with pytest.raises(hpctrain.HpctrainError, match="not tracked by hpctrain: 999"):
         api.find_run("999")
+
+
+def test_every_api_name_is_reached_through_hpctrain_even_once_every_subpackage_is_imported() -> None:
+    """A subpackage once imported is an attribute of `hpctrain`, and the lazy re-export never sees it:
+    no API name may be the name of a subpackage (`hpctrain.runs` is a module, hence `list_runs`)."""
+    import importlib
+    import pkgutil
+
+    for module in pkgutil.iter_modules(hpctrain.__path__):
+        importlib.import_module(f"hpctrain.{module.name}")
+    shadowed = [name for name in api.__all__ if getattr(hpctrain, name) is not getattr(api, name)]
+    assert not shadowed, shadowed
