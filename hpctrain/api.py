@@ -19,7 +19,7 @@ from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
 if TYPE_CHECKING:
     # Imported where used: `import hpctrain.api` must cost the CLI nothing it does not use.
     from hpctrain import spec
-    from hpctrain.launch.submission import Request
+    from hpctrain.launch.submission import JobSource, Request
     from hpctrain.report.build import Written
     from hpctrain.rundir import MetricLine, Result, RunDir, SweepRecord
     from hpctrain.rundir import Run as RunRecord
@@ -74,10 +74,6 @@ __all__ = [
 BACKENDS = NAMES
 """The scheduler backends `backend=` takes: auto ($HPCTRAIN_BACKEND, else slurm), slurm (the Slurm
 commands), pyslurm, local (this machine, no Slurm)."""
-
-JobSource = Any
-"""A job: a spec file's path, the name of a shipped example (`digits-ddp`), a `hpctrain.spec.JobSpec`, or the
-same data as a mapping (see hpctrain.launch.submission.JobSource)."""
 
 
 class WaitTimeout(HpctrainError):
@@ -222,8 +218,9 @@ def _job_id_of(run: Run | str) -> str:
 
 
 def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
-    """Tracked runs: those named by job id or run id (an unknown one: NotTracked), else the recent ones
-    (active, or ended within a day), or with `everything` every run, newest first, at most `limit`."""
+    """Tracked runs: those named by job id or run id (none known: NotTracked; some unknown: a warning on
+    stderr), else the recent ones (active, or ended within a day), or with `everything` every run, newest
+    first, at most `limit`."""
     from hpctrain.runs.index import Index
     from hpctrain.runs.status import select
 
@@ -674,7 +671,9 @@ def __getattr__(name: str) -> Any:
 
 _STRUCTS: Mapping[str, str] = {
     "FieldDoc": "hpctrain.spec",
+    "JobSource": "hpctrain.launch.submission",
     "JobSpec": "hpctrain.spec",
+    "NotTracked": "hpctrain.runs.status",
     "Resources": "hpctrain.spec",
     "Train": "hpctrain.spec",
     "MAX_TRIALS": "hpctrain.spec.sweep",

@@ -89,11 +89,11 @@ def entry(name: str, thing: Any, assigned: dict[str, str]) -> str:
 
 
 def reference() -> str:
-    # The API's own constants and aliases, and the one it takes from the scheduler seam (AfterKind).
-    assigned = {
-        **assigned_docs(ROOT / "hpctrain" / "scheduler" / "base.py"),
-        **assigned_docs(Path(api.__file__)),
-    }
+    # The API's own constants and aliases, and those it takes from where they are defined.
+    sources = [ROOT / "hpctrain" / "scheduler" / "base.py", ROOT / "hpctrain" / "launch" / "submission.py"]
+    defined = {name: doc for path in sources for name, doc in assigned_docs(path).items()}
+    assigned = {**defined, **assigned_docs(Path(api.__file__))}
+    assigned = {name: doc for name, doc in assigned.items() if name in api.__all__}
 
     def place(name: str) -> tuple[bool, bool, str]:  # classes, then functions, then constants
         return name in assigned, not inspect.isclass(getattr(api, name)), name.lower()

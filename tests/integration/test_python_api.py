@@ -80,6 +80,20 @@ def test_the_pipeline_example_runs_its_stages_one_after_the_other(hpctrain_home:
     runs = {r.name: r for r in hpctrain.list_runs(everything=True)}
     train = runs["digits-train"]
     smoke_id = runs["digits-smoke"].job_id
-    # The training was submitted to wait for the smoke run.
+    # The training was submitted to wait for the smoke run, and Slurm started it only once that had ended.
     assert f"afterok:{smoke_id}" in (train.run_dir / "job.sbatch").read_text()
     assert train.result().steps == 30
+    times = accounted_times([smoke_id or "", train.job_id or ""])
+    assert times[train.job_id or ""][0] >= times[smoke_id or ""][1], times
+
+
+def accounted_times(job_ids: list[str]) -> dict[str, tuple[str, str]]:
+    """(start, end) of each job as accounting holds them (ISO times: they order as text)."""
+    out = subprocess.run(
+        ["sacct", "-n", "-X", "--parsable2", "-j", ",".join(job_ids), "-o", "JobID,Start,End"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    rows = [line.split("|") for line in out.splitlines() if line.strip()]
+    return {job: (start, end) for job, start, end in rows}
