@@ -111,3 +111,73 @@ def test_a_resume_of_a_sweep_without_a_study_is_one_clear_error(tmp_path: Path) 
 
     with pytest.raises(SpecError, match="not an optuna sweep"):
         study.prepared_from(tmp_path)
+
+
+class CancelRecorder:
+    """The one Backend call pruning makes: which array tasks it cancels."""
+
+    def __init__(self) -> None:
+        self.cancelled: list[str] = []
+
+    def cancel(self, job_ids: list[str]) -> None:
+        self.cancelled += job_ids
+
+
+def pruning_study(tmp_path: Path, running_loss: float) -> tuple[object, object, object]:
+    """Two finished trials whose eval loss at step 10 was 0.5 and 0.7, and trial 2 running (array
+    task 77_0) with `running_loss` at step 10 in its metrics."""
+    from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
+
+    chosen = spec.Sweep(
+        grid={"train.lr": Range(low=0.1, high=1.0)},
+        sampler="optuna",
+        budget=3,
+        early_stop=spec.EarlyStop(after_steps=10, min_trials=2),
+    )
+    one = study.open_study(tmp_path, chosen)
+    for loss in (0.5, 0.7):
+        trial = one.ask(study.distributions(chosen))
+        trial.report(loss, 10)
+        one.tell(trial, loss)
+    one.ask(study.distributions(chosen))
+    element = rundir.RunDir(tmp_path).element(2)
+    element.root.mkdir()
+    element.metrics.write_text(f'{{"kind":"eval","step":10,"loss":{running_loss}}}\n')
+    record = SweepRecord(
+        sweep_id="s",
+        name="n",
+        site="local",
+        backend="slurm",
+        submitted_at=0.0,
+        metric="eval_loss",
+        mode="min",
+        params=["train.lr"],
+        trials=[Trial(i, {"train.lr": 0.5}) for i in range(3)],
+        arrays=[ArrayChunk(offset=0, count=2, job_id="76"), ArrayChunk(offset=2, count=1, job_id="77")],
+    )
+    return chosen, one, record
+
+
+def test_a_trial_behind_the_median_is_pruned_its_array_task_cancelled_and_why_recorded(
+    tmp_path: Path,
+) -> None:
+    chosen, one, record = pruning_study(tmp_path, running_loss=2.0)
+    backend = CancelRecorder()
+    (running,) = study._in_flight(one)
+    assert study._prune_if_behind(tmp_path, record, one, chosen, backend, running, status(2, "RUNNING"))
+    assert backend.cancelled == ["77_0"]
+    assert one.get_trials()[2].state == optuna.trial.TrialState.PRUNED
+    stopped = rundir.read_json(rundir.RunDir(tmp_path).element(2).stopped, rundir.Stopped)
+    assert isinstance(stopped, rundir.Stopped)
+    assert (stopped.step, stopped.value, stopped.median, stopped.peers) == (10, 2.0, 0.6, 2)
+    assert "pruned by the study" in stopped.reason
+
+
+def test_a_trial_ahead_of_the_median_runs_on_with_its_value_reported(tmp_path: Path) -> None:
+    chosen, one, record = pruning_study(tmp_path, running_loss=0.2)
+    backend = CancelRecorder()
+    (running,) = study._in_flight(one)
+    assert not study._prune_if_behind(tmp_path, record, one, chosen, backend, running, status(2, "RUNNING"))
+    assert backend.cancelled == []
+    (still,) = study._in_flight(one)
+    assert still.intermediate_values == {10: 0.2}
