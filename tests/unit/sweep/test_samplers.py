@@ -92,7 +92,9 @@ def test_a_range_and_a_list_decode_from_a_job_file() -> None:
     job = spec.load_job(JOBS / "digits-optuna.yaml")
     assert job.sweep is not None and job.sweep.sampler == "optuna"
     assert job.sweep.grid["train.lr"] == Range(low=0.0001, high=0.3, log=True)
-    assert job.sweep.grid["train.batch_size"] == [16, 32, 64]
+    assert job.sweep.grid["train.batch_size"] == [16, 32, 64, 128]
+    assert job.sweep.grid["train.options.hidden"] == Range(low=16, high=256, log=True)
+    assert samplers.is_integer(job.sweep.grid["train.options.hidden"])
 
 
 @pytest.mark.parametrize(

@@ -79,7 +79,12 @@ def test_a_resume_makes_the_same_trial_specs_from_the_run_directory(tmp_path: Pa
     """The resumed loop reads what trials are made from back from the run directory (the root's
     resolved spec, submit.json, study-settings.json): its trials are those the first loop made."""
     prepared = plan.prepare(JOB, "local", ["train.steps=20"], [])
-    point = {"train.lr": 0.0123, "train.batch_size": 64}
+    point = {
+        "train.lr": 0.0123,
+        "train.batch_size": 64,
+        "train.options.hidden": 50,
+        "train.options.dropout": 0.1,
+    }
     _, (root_spec,) = plan.resolve_points(prepared, [study.representative(prepared.chosen)])
     run = rundir.RunDir(tmp_path)
     run.spec.write_bytes(spec.dumps(root_spec))
@@ -102,7 +107,7 @@ def test_the_trials_carry_no_early_stop_the_study_prunes_them() -> None:
         JOB, "local", ["sweep.early_stop.after_steps=20", "train.eval_every=20"], [], budget=4
     )
     assert prepared.chosen.early_stop is not None
-    _, (one,) = plan.resolve_points(prepared, [{"train.lr": 0.01, "train.batch_size": 16}])
+    _, (one,) = plan.resolve_points(prepared, [study.representative(prepared.chosen)])
     assert one.job.sweep is not None and one.job.sweep.early_stop is None
 
 
