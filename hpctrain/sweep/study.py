@@ -12,10 +12,12 @@ twice.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -203,6 +205,27 @@ def drive(
     sweep's arrays per POLL_S) reporting eval lines to the pruner, tell the results, ask more.
     Returns when the budget is spent, or when a trial was cancelled from outside (the sweep was
     cancelled: `hpctrain sweep resume` carries on)."""
+    with _one_loop(root):
+        return _drive_locked(root, prepared, backend, index, progress)
+
+
+@contextlib.contextmanager
+def _one_loop(root: Path) -> Iterator[None]:
+    """One round loop per sweep: a second would submit the same asked trials again."""
+    with open(root / file_names.STUDY_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HpctrainError(
+                f"sweep {root.name}: its rounds already run in another `hpctrain sweep` (or `resume`); "
+                "stop that one first"
+            ) from None
+        yield
+
+
+def _drive_locked(
+    root: Path, prepared: plan.Prepared, backend: Backend, index: Index, progress: Progress | None
+) -> SweepRecord:
     chosen = prepared.chosen
     study = open_study(root, chosen)
     record = _load_record(root)
