@@ -69,11 +69,17 @@ def load_study(root: Path) -> Any:
     return optuna.load_study(study_name="sweep", storage=storage)
 
 
-def ran_with(element: Path) -> tuple[float, int]:
-    """The learning rate the trial trained with (its metrics lines) and its batch size (its own spec)."""
+def ran_with(element: Path) -> dict[str, Any]:
+    """What the trial trained with: its learning rate from its metrics lines, the rest from its own
+    recorded spec."""
     lines = [json.loads(x) for x in (element / rundir.METRICS).read_text().splitlines()]
-    lr = next(m["lr"] for m in lines if m["kind"] == "train")
-    return lr, spec.loads((element / rundir.SPEC).read_bytes()).job.train.batch_size
+    train = spec.loads((element / rundir.SPEC).read_bytes()).job.train
+    return {
+        "train.lr": next(m["lr"] for m in lines if m["kind"] == "train"),
+        "train.batch_size": train.batch_size,
+        "train.options.hidden": train.options["hidden"],
+        "train.options.dropout": train.options["dropout"],
+    }
 
 
 def check_told_trials(root: Path, study: Any) -> None:
@@ -81,9 +87,7 @@ def check_told_trials(root: Path, study: Any) -> None:
     told the eval loss of its result."""
     for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
         element = root / names.ARRAY_ELEMENT.name(trial.number)
-        lr, batch_size = ran_with(element)
-        assert lr == pytest.approx(trial.params["train.lr"])
-        assert batch_size == trial.params["train.batch_size"]
+        assert ran_with(element) == pytest.approx(trial.params)
         result = rundir.read_json(element / rundir.RESULT, rundir.Result)
         assert isinstance(result, rundir.Result) and result.status == "completed", result
         assert trial.value == pytest.approx(result.eval_loss)
