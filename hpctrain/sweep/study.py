@@ -478,7 +478,9 @@ def _prune_if_behind(
     if field is None:
         return False
     trial = _reopened(study, frozen)
-    reported = dict(frozen.intermediate_values)
+    # The values reported at earlier polls: the study's own trial (get_trials is in number order),
+    # not `frozen`, which is as the round started.
+    reported = dict(study.get_trials(deepcopy=False)[frozen.number].intermediate_values)
     for line in element.read_metrics(head=0, tail=200):
         value = getattr(line, field, None) if isinstance(line, rundir.EvalLine) else None
         if value is not None and line.step not in reported:

@@ -197,3 +197,18 @@ def test_a_second_round_loop_on_the_same_sweep_is_refused(tmp_path: Path) -> Non
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(HpctrainError, match="its rounds already run in another"):
             study.drive(tmp_path, None, None, None, None)  # type: ignore[arg-type]
+
+
+def test_eval_lines_are_reported_once_over_several_polls(tmp_path: Path) -> None:
+    import warnings
+
+    chosen, one, record = pruning_study(tmp_path, running_loss=0.2)
+    running = one.get_trials()[2]  # a copy, as the round loop holds it from the round's start
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # Optuna warns when a step is reported twice
+        for _ in range(3):
+            study._prune_if_behind(
+                tmp_path, record, one, chosen, CancelRecorder(), running, status(2, "RUNNING")
+            )
+    (still,) = study._in_flight(one)
+    assert still.intermediate_values == {10: 0.2}
