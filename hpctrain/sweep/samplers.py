@@ -13,7 +13,7 @@ from hpctrain import spec
 from hpctrain.errors import SpecError
 from hpctrain.rundir.structs import SweepValue as Value
 from hpctrain.spec.sweep import Dimension, Range
-from hpctrain.sweep.grid import expand
+from hpctrain.sweep.grid import expand, grid_size
 
 SIGNIFICANT_DIGITS = 6
 """Sampled floats are rounded to this many digits: trial tables and folders stay readable."""
@@ -72,9 +72,10 @@ def points(chosen: spec.Sweep) -> list[dict[str, Value]]:
 
 def trial_count(chosen: spec.Sweep) -> int:
     """How many trials the sweep runs at most, without making them."""
-    if chosen.sampler == "grid":
-        return math.prod(len(v) for v in chosen.grid.values()) if chosen.random is None else chosen.random
-    return chosen.budget or 0
+    if chosen.sampler != "grid":
+        return chosen.budget or 0
+    lists = {key: values for key, values in chosen.grid.items() if isinstance(values, list)}
+    return grid_size(lists) if chosen.random is None else chosen.random
 
 
 def draw(dimension: Dimension, rng: random.Random) -> Value:
