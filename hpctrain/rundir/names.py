@@ -40,6 +40,9 @@ STANDBY_TAKEN_PREFIX = "taken-"
 SWEEP = "sweep.json"  # in a sweep's root: its trials and arrays
 TRIALS_FINAL = "trials-final.json"  # in a sweep's root: trials that cannot change any more
 STOPPED = "stopped.json"  # in a trial's array-N/: why early stopping ended it
+STUDY_JOURNAL = "study.journal"  # in an optuna sweep's root: the Optuna study (its journal storage)
+STUDY_SETTINGS = "study-settings.json"  # in an optuna sweep's root: its sweep section, for a resume
+STUDY_LOCK = "study.lock"  # in an optuna sweep's root: held by the one round loop that runs
 
 # The files of hpctrain's home ($HPCTRAIN_HOME), beside runs/: the index of every run (runs/index.py).
 INDEX_JOURNAL = "index.jsonl"
