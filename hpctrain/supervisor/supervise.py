@@ -6,7 +6,7 @@
     ACTION CODE ATTEMPT NNODES NODES EXCLUDE PORT PREFLIGHT_PORT
 
 ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES, rendezvous on PORT
-and preflight's on PREFLIGHT_PORT: see ``supervisor/ports.py``), ``requeue`` (requeuehold the job
+and preflight's on PREFLIGHT_PORT: see ``rundir/ports.py``), ``requeue`` (requeuehold the job
 with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists print as ``-``. Every
 attempt gets an ``AttemptLine`` start before its step and an end after it in attempts.jsonl; an
 attempt that started and never ended lost its allocation (Slurm requeued the job after its batch
@@ -49,6 +49,7 @@ from hpctrain.rundir.attempts import (
     summary_line,
     where_in_training,
 )
+from hpctrain.rundir.ports import job_ports
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
@@ -60,7 +61,6 @@ from hpctrain.scheduler.slurm.nodes import (
     slurmd_unreachable,
 )
 from hpctrain.spec.job import Restart
-from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
@@ -408,8 +408,7 @@ class Job:
 
     def ports(self, attempt: int) -> tuple[int, int]:
         """This attempt's rendezvous ports, outside this (the batch) node's ephemeral range."""
-        digits = "".join(ch for ch in os.environ.get("SLURM_JOB_ID", "") or self.job_ref if ch.isdigit())
-        return rendezvous_ports(int(digits or 0), attempt, ephemeral_range())
+        return job_ports(os.environ.get("SLURM_JOB_ID", "") or self.job_ref, attempt)
 
     def begin(self) -> str:
         """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
