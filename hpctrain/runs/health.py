@@ -57,7 +57,7 @@ def health(run_dir: Path | str, state: str, now: float | None = None) -> Health:
     run = RunDir(run_dir)
     now = time.time() if now is None else now
     result = Health()
-    report = read_json(run.hang_report, HangReport)
+    report = read_json(run.hang_report, HangReport, below=run.top)
     if isinstance(report, HangReport):
         result.hung = printable(report.summary)
         result.stacks = printable(report.stacks or str(run.stacks))

@@ -92,6 +92,8 @@ class StepEnd:
     status: int
     completed: bool = False
     requeue_requested: bool = False
+    grow_back: bool = False
+    """The requeue was the watchdog's, to grow a shrunk job back onto every node."""
     preflight_bad: list[str] = field(default_factory=list)
     preflight_requeue: bool = False
     preflight_reason: str = ""
@@ -149,6 +151,8 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
         return end_line(attempt, outcome, reason, **fields)
 
     step = end.latest_step
+    if end.requeue_requested and end.grow_back:
+        return ended(Outcome.GROW_BACK, "checkpointed and requeued to grow back onto every node", step=step)
     if end.requeue_requested:
         return ended(Outcome.PREEMPTED, "checkpointed at the preemption signal", step=step)
     if end.status == 0:
@@ -223,7 +227,7 @@ def decide(
     returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
     excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
-    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
+    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.GROW_BACK, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
     if len(usable) >= planned:
         return Decision("launch", nodes=tuple(usable[:planned]))
@@ -311,6 +315,7 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
         status=status,
         completed=isinstance(result, Result) and result.status == "completed" and result.step >= result.steps,
         requeue_requested=run.requeue_request.exists(),
+        grow_back=written_during(run.grow_back_request, start),
         latest_step=latest_step(run),
     )
     if status == 0 or end.requeue_requested:
