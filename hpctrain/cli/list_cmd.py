@@ -27,13 +27,13 @@ def run(args: argparse.Namespace) -> int:
     import msgspec
 
     from hpctrain.cli.view.table import print_json, table
-    from hpctrain.runs.index import KEEP_RECENT_S, Index
+    from hpctrain.runs.index import Index
 
     limit = None if args.all else max(args.limit, 1)
     index = Index()
     # Run directories whose submit was killed before recording them are listed as never submitted
-    # (without --all: those made within the day, the newest that are listed).
-    index.adopt_unindexed(since=None if args.all else time.time() - KEEP_RECENT_S)
+    # (without --all: those made within the last hours, the newest that are listed).
+    index.adopt_unindexed(recent=not args.all)
     runs = index.runs(limit=limit + 1 if limit else None)
     if limit and len(runs) > limit:
         runs = runs[:limit]

@@ -241,17 +241,19 @@ class Index:
     def adopt_unindexed(
         self,
         run_ids: Iterable[str] | None = None,
-        since: float | None = None,
+        recent: bool = False,
         grace_s: float = UNRECORDED_GRACE_S,
     ) -> list[Run]:
         """Record the run directories the index lacks as runs that never submitted: a submit killed
         (SIGKILL) between making the directory and recording the run. The run is recorded before the
-        scheduler is asked, so such a directory has no job. Only `run_ids`, else those made `since`
-        (read against the journal alone: a run made within KEEP_RECENT_S is never archived), else every
-        one under runs/. One changed less than `grace_s` ago may be a submit in progress: left alone."""
+        scheduler is asked, so such a directory has no job. Only `run_ids`, else (`recent`) those made
+        within half of KEEP_RECENT_S, read against the journal alone (a run that young is never
+        archived, whatever a clock change does to the local time in its id), else every one under
+        runs/. One changed less than `grace_s` ago may be a submit in progress: left alone."""
         wanted = None if run_ids is None else set(run_ids)
         # Run ids start with their local date and time (new_run_dir): newer ones sort after.
-        first = "" if since is None else time.strftime("%Y%m%d-%H%M%S", time.localtime(since))
+        since = time.localtime(time.time() - KEEP_RECENT_S / 2)
+        first = time.strftime("%Y%m%d-%H%M%S", since) if recent else ""
         try:
             with os.scandir(self.root / "runs") as entries:
                 found = {
@@ -265,7 +267,7 @@ class Index:
         if not found:
             return []
         journal = self._journal()
-        if wanted is None and since is not None:
+        if wanted is None and recent:
             known = set(journal.runs)
         else:
             read = (

@@ -18,7 +18,7 @@ from hpctrain.rundir import RestartSummary, RunDir, tail_lines
 from hpctrain.rundir.attempts import run_summary
 from hpctrain.runs import health
 from hpctrain.runs.health import Health
-from hpctrain.runs.index import KEEP_RECENT_S, Index, Run
+from hpctrain.runs.index import Index, Run
 from hpctrain.runs.poll import (
     CANCELLED_BY,
     FAILURE_NAMES,
@@ -127,7 +127,7 @@ def select(keys: list[str], everything: bool = False, index: Index | None = None
         index.adopt_unindexed()
         return index.runs()
     # Without --all: runs still active or ended within a day, read from the journal alone.
-    index.adopt_unindexed(since=time.time() - KEEP_RECENT_S)
+    index.adopt_unindexed(recent=True)
     return index.recent()
 
 
