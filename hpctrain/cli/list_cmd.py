@@ -30,7 +30,11 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.runs.index import Index
 
     limit = None if args.all else max(args.limit, 1)
-    runs = Index().runs(limit=limit + 1 if limit else None)
+    index = Index()
+    # Run directories whose submit was killed before recording them are listed as never submitted
+    # (without --all: those made within the last hours, the newest that are listed).
+    index.adopt_unindexed(recent=not args.all)
+    runs = index.runs(limit=limit + 1 if limit else None)
     if limit and len(runs) > limit:
         runs = runs[:limit]
         print(f"hpctrain: the newest {limit} runs; `hpctrain list --all` shows every one", file=sys.stderr)

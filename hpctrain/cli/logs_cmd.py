@@ -84,8 +84,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def refuse_links(root: RunDir, paths: Iterable[Path]) -> None:
-    """A log that is a symbolic link, or lies behind one that leads out of the run directory, is an
-    error: `logs` prints files of the run, never what a link planted there points to."""
+    """A log that is a symbolic link, or lies in a linked folder of the run directory, is an error:
+    `logs` prints files of the run, never what a link planted there points to."""
     from hpctrain.rundir import leaves
 
     top = root.element_of.root if root.element_of is not None else root.root
@@ -140,7 +140,7 @@ def _merged(run_: Run, root: RunDir, args: argparse.Namespace) -> int:
     from hpctrain.runs.logs import LogMerger, rank_logs
 
     merger = LogMerger(root, None if args.rank is None else [args.rank], args.node)
-    refuse_links(root, rank_logs(root).values())
+    refuse_links(root, [root.logs, *rank_logs(root).values()])
     if not args.follow and not rank_logs(root):
         raise NoLog(f"no rank logs yet for job {run_.job_id} (in {root.logs})")
     out = sys.stdout.buffer

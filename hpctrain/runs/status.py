@@ -122,9 +122,12 @@ def select(keys: list[str], everything: bool = False, index: Index | None = None
                 raise NotTracked(message)
             print(f"hpctrain: warning: {message}", file=sys.stderr)
         return runs
+    # Run directories whose submit was killed before recording them are shown as never submitted.
     if everything:
+        index.adopt_unindexed()
         return index.runs()
     # Without --all: runs still active or ended within a day, read from the journal alone.
+    index.adopt_unindexed(recent=True)
     return index.recent()
 
 
@@ -245,7 +248,11 @@ def explain_failures(
         cause = report.error if report else task.error
         if hung and not report and task.error == "Killed":
             cause = HANG_KILLED
-        tail = tail_lines(root.rank_log(task.rank), LOG_TAIL_LINES) if task.rank.isdigit() else []
+        tail = (
+            tail_lines(root.rank_log(task.rank), LOG_TAIL_LINES, below=root.top)
+            if task.rank.isdigit()
+            else []
+        )
         named.append(FailedRank(task.rank, task.node, cause, tail))
     seen = {t.rank for t in tasks}
     only_reported = [

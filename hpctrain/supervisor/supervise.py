@@ -6,7 +6,7 @@
     ACTION CODE ATTEMPT NNODES NODES EXCLUDE PORT PREFLIGHT_PORT
 
 ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES, rendezvous on PORT
-and preflight's on PREFLIGHT_PORT: see ``supervisor/ports.py``), ``requeue`` (requeuehold the job
+and preflight's on PREFLIGHT_PORT: see ``rundir/ports.py``), ``requeue`` (requeuehold the job
 with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists print as ``-``. Every
 attempt gets an ``AttemptLine`` start before its step and an end after it in attempts.jsonl; an
 attempt that started and never ended lost its allocation (Slurm requeued the job after its batch
@@ -49,6 +49,7 @@ from hpctrain.rundir.attempts import (
     summary_line,
     where_in_training,
 )
+from hpctrain.rundir.ports import job_ports
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
@@ -60,7 +61,6 @@ from hpctrain.scheduler.slurm.nodes import (
     slurmd_unreachable,
 )
 from hpctrain.spec.job import Restart
-from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
@@ -92,6 +92,8 @@ class StepEnd:
     status: int
     completed: bool = False
     requeue_requested: bool = False
+    grow_back: bool = False
+    """The requeue was the watchdog's, to grow a shrunk job back onto every node."""
     preflight_bad: list[str] = field(default_factory=list)
     preflight_requeue: bool = False
     preflight_reason: str = ""
@@ -149,6 +151,8 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
         return end_line(attempt, outcome, reason, **fields)
 
     step = end.latest_step
+    if end.requeue_requested and end.grow_back:
+        return ended(Outcome.GROW_BACK, "checkpointed and requeued to grow back onto every node", step=step)
     if end.requeue_requested:
         return ended(Outcome.PREEMPTED, "checkpointed at the preemption signal", step=step)
     if end.status == 0:
@@ -223,7 +227,7 @@ def decide(
     returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
     excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
-    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
+    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.GROW_BACK, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
     if len(usable) >= planned:
         return Decision("launch", nodes=tuple(usable[:planned]))
@@ -311,6 +315,7 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
         status=status,
         completed=isinstance(result, Result) and result.status == "completed" and result.step >= result.steps,
         requeue_requested=run.requeue_request.exists(),
+        grow_back=written_during(run.grow_back_request, start),
         latest_step=latest_step(run),
     )
     if status == 0 or end.requeue_requested:
@@ -408,8 +413,7 @@ class Job:
 
     def ports(self, attempt: int) -> tuple[int, int]:
         """This attempt's rendezvous ports, outside this (the batch) node's ephemeral range."""
-        digits = "".join(ch for ch in os.environ.get("SLURM_JOB_ID", "") or self.job_ref if ch.isdigit())
-        return rendezvous_ports(int(digits or 0), attempt, ephemeral_range())
+        return job_ports(os.environ.get("SLURM_JOB_ID", "") or self.job_ref, attempt)
 
     def begin(self) -> str:
         """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
