@@ -355,7 +355,7 @@ class Checkpointer:
         dist.broadcast_object_list(choice, src=0)
         disk = Path(choice[0]) if choice[0] is not None else None
         plan = None
-        if self.memory is not None:
+        if self.memory is not None and self.memory.every:  # the spec's: the same on every rank
             self._memory_group = dist.new_group(backend="gloo")  # CPU tensors, whatever the device
             newer_than = step_of(disk.name) if disk is not None else None
             plan = self.memory.plan(newer_than, dist.get_world_size(), self._memory_group)
