@@ -413,10 +413,15 @@ class Checkpointer:
         )
 
     def save_memory(
-        self, step: int, model: nn.Module, optimizer: torch.optim.Optimizer, trainer: dict[str, Any]
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer: dict[str, Any],
+        step_s: float = 0.0,
     ) -> float:
         """Checkpoint ``step`` into node memory, replicated to the peer node; returns the seconds
-        training was blocked (the copy to host memory). Collective."""
+        training was blocked (the copy to host memory). Collective. `step_s`: the recent step time."""
         assert self.memory is not None
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {
@@ -425,7 +430,7 @@ class Checkpointer:
             "trainer": {"step": step, **trainer},
             "rng": rng_state(),
         }
-        return self.memory.save(step, state, self._memory_group)
+        return self.memory.save(step, state, self._memory_group, step_s)
 
     def memory_due(self, step: int) -> bool:
         return self.memory is not None and self.memory.due(step)

@@ -1,6 +1,7 @@
 """Checkpoints in node memory, each rank's copy also held on another node: a restart loses seconds of steps.
 
-Every ``train.memory_checkpoint_every`` steps each rank copies its model, optimizer, loop and RNG
+Every ``train.memory_checkpoint_every`` steps (unset: as often as keeps training's wait for them
+under 1% of its time, measured at the first two) each rank copies its model, optimizer, loop and RNG
 state to host memory (the only part that blocks training), then, in a background thread, writes it
 to its node's memory folder and sends it to a rank on the next node, which writes it into *its*
 node's folder (as NVIDIA's resiliency extension replicates its local checkpoints). The folder is
@@ -24,6 +25,7 @@ import hashlib
 import io
 import json
 import logging
+import math
 import os
 import shutil
 import stat
@@ -42,6 +44,9 @@ from hpctrain.rundir.names import CHECKPOINT, MEMORY_COPY, MEMORY_ROOT
 
 log = logging.getLogger(__name__)
 
+AUTO_SHARE = 0.01  # unset memory_checkpoint_every: training waits at most this share of its time
+AUTO_LONGEST = 1000  # steps between memory checkpoints at the most when the interval is automatic
+AUTO_MEASURED = 2  # saves timed before the automatic interval is fixed: the first step is slow
 KEEP_STEPS = 2  # per node: the newest complete step survives a crash in the middle of the next save
 HEADER = struct.Struct("<I")  # the length of the JSON that says what a copy holds, before its payload
 SIZE_TAG, PAYLOAD_TAG = 71, 72  # point-to-point tags of the exchanges (apart from any other traffic)
@@ -123,6 +128,14 @@ def run_memory_folder(run_dir: Path) -> Path:
     return root / f"{run_dir.name}-{key}"
 
 
+def auto_interval(blocked_s: float, step_s: float) -> int:
+    """Steps between memory checkpoints so that copying the state (`blocked_s`) costs at most
+    AUTO_SHARE of training time (`step_s` a step)."""
+    if step_s <= 0:
+        return 1
+    return max(1, min(AUTO_LONGEST, math.ceil(blocked_s / (AUTO_SHARE * step_s))))
+
+
 def to_host(value: Any) -> Any:
     """A copy of `value` with every tensor copied to CPU memory (the optimizer then updates freely)."""
     if isinstance(value, torch.Tensor):
@@ -202,20 +215,24 @@ class MemoryCheckpoints:
         host: str,
         layout: str,
         replicated: bool,
-        every: int,
+        every: int | None,
         event: Callable[..., None],
     ) -> None:
+        """`every`: steps between saves; 0: none; None: automatic (:func:`auto_interval`)."""
         self.rank = rank
         self.host = host
         self.layout = layout
         self.replicated = replicated
-        self.every = every
+        self.every = 1 if every is None else every
+        self.auto = every is None
+        self.measured = 0
+        self.last = 0  # the step of the last save, or the step training resumed from
         self.event = event
         self.hosts: list[str] = []
         self.world = 0
         self.saving: threading.Thread | None = None
         self.stored: dict[str, Any] | None = None
-        self.run_folder = self._run_folder(run_dir) if every else None
+        self.run_folder = self._run_folder(run_dir) if self.every else None
         self.folder = self.run_folder / host if self.run_folder is not None else None
         if self.folder is not None:
             self.folder.mkdir(mode=0o700, exist_ok=True)
@@ -234,17 +251,24 @@ class MemoryCheckpoints:
         return self.folder is not None
 
     def due(self, step: int) -> bool:
-        return self.on and step % self.every == 0
+        return self.on and step - self.last >= self.every
 
     # -- saving ---------------------------------------------------------------------------------
 
-    def save(self, step: int, state: dict[str, Any], group: Any) -> float:
+    def save(self, step: int, state: dict[str, Any], group: Any, step_s: float) -> float:
         """Copy `state` to host memory (returns the seconds that took: what training waits), then
-        write it and send it to the peer node in the background. Collective over `group`."""
+        write it and send it to the peer node in the background. Collective over `group`. With an
+        automatic interval, the first saves also agree on it (`step_s`: the recent step time)."""
         self.wait()
         started = time.perf_counter()
         snapshot = to_host(state)
         blocked = time.perf_counter() - started
+        self.last = step
+        if self.auto and self.measured < AUTO_MEASURED:
+            self.measured += 1
+            slowest = torch.tensor([blocked, step_s], dtype=torch.float64)
+            dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # every rank the same interval
+            self.every = auto_interval(*slowest.tolist())
         about = Copy(step, self.rank, self.world, self.layout, self.host, self.host)
         args = (about, snapshot, group, started, blocked)
         self.saving = threading.Thread(target=self._store, args=args, daemon=True)
@@ -346,6 +370,7 @@ class MemoryCheckpoints:
 
     def drop_newer(self, step: int) -> None:
         """Copies after the step training goes on from belong to a timeline that is over."""
+        self.last = step
         for newer, path in self._steps():
             if newer > step:
                 shutil.rmtree(path, ignore_errors=True)

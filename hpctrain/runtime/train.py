@@ -356,9 +356,9 @@ class Trainer:
                 self.save(blocking=False)
             elif self.checkpoints.memory_due(self.step):
                 heartbeat.mark("checkpoint")
-                self.checkpoints.save_memory(
-                    self.step, self.strategy.model, self.optimizer, self._trainer_state()
-                )
+                step_s = statistics.median(self.step_times[-20:]) if self.step_times else 0.0
+                state = self._trainer_state()
+                self.checkpoints.save_memory(self.step, self.strategy.model, self.optimizer, state, step_s)
             heartbeat.mark("collective")
             stop = self.preemption.poll()
             # A step's time is the whole iteration: data, compute, logging, the preemption check.

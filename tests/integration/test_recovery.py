@@ -1,6 +1,6 @@
 """Restores from memory on the real local cluster: a killed rank and a lost node cost seconds of steps.
 
-A 2 x 2 DDP digits job keeps a checkpoint in node memory every 5 steps and on disk every 100. A rank
+A 2 x 2 DDP digits job keeps a checkpoint in node memory every 5 steps and on disk every 50. A rank
 killed with kill -9 after a memory checkpoint newer than the disk one: the next attempt resumes from
 the memory step, not the disk step. A lost node whose memory is gone with it: its ranks' state comes
 from the copies the other node holds.
@@ -25,7 +25,7 @@ from tests.integration.test_restarts import QUEUE_S, ends, events, logs, submit_
 from tests.launcher import wait_for
 
 pytestmark = pytest.mark.cluster
-TRAIN = {"steps": 300, "checkpoint_every": 100, "memory_checkpoint_every": 5, "options": {"delay_s": 0.1}}
+TRAIN = {"steps": 300, "checkpoint_every": 50, "memory_checkpoint_every": 5, "options": {"delay_s": 0.1}}
 
 
 @pytest.fixture(autouse=True)

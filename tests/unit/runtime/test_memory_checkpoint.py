@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from hpctrain.runtime.memory_checkpoint import Copy, choose, peer_of, private_folder
+from hpctrain.runtime.memory_checkpoint import Copy, auto_interval, choose, peer_of, private_folder
 
 HOSTS = ["n1", "n1", "n2", "n2"]
 
@@ -105,3 +105,13 @@ def test_a_lost_nodes_ranks_restore_from_the_peer_copy_not_from_disk(tmp_path: P
         assert torch.equal(g["weight"], got[0]["weight"])
     [restored] = [fields for event, fields in got[0]["events"] if event == "restored"]
     assert restored["source"] == "peer_memory" and restored["disk_step"] == 3 and restored["peer_copies"] == 2
+
+
+@pytest.mark.parametrize(
+    ("blocked_s", "step_s", "interval"),
+    [(0.005, 0.15, 4), (0.5, 1.0, 50), (0.0, 0.1, 1), (0.01, 0.0, 1), (60.0, 0.1, 1000)],
+)
+def test_the_automatic_interval_keeps_the_wait_under_one_percent(
+    blocked_s: float, step_s: float, interval: int
+) -> None:
+    assert auto_interval(blocked_s, step_s) == interval
