@@ -99,6 +99,10 @@ CHECKPOINT_TRAINER = "trainer.pt"  # in checkpoints/step-N/: the step and the lo
 CHECKPOINT_RNG = Numbered("rng-rank-", ".pt")  # in checkpoints/step-N/: one rank's RNG streams
 SERVER_SHARD = Numbered("server-", ".pt")  # in checkpoints/step-N/ of a parameter-server run
 CHUNK_SCRIPT = Numbered("job+", ".sbatch")  # in a sweep's root: the script of the array from trial N on
+# Memory checkpoints (runtime/memory_checkpoint.py) live outside the run directory, in node memory:
+# $HPCTRAIN_MEMORY_DIR (default /dev/shm)/hpctrain-memory-UID/RUN/NODE/step-N/copy-R.pt
+MEMORY_ROOT = Numbered("hpctrain-memory-")  # one per user, 0700
+MEMORY_COPY = Numbered("copy-", ".pt")  # in step-N/: rank R's state, its own or held for a peer node
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
 SLURM_RANK_LOG = RANK_LOG.name("%t")
