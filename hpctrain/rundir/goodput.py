@@ -172,7 +172,10 @@ def compute(
     """The split from the records themselves (a pure function: the unit tests feed it directly)."""
     attempts = _attempts(attempt_lines, metrics)
     if not attempts:
-        return None
+        if now is None or submitted_at is None:
+            return None
+        waited = round(max(0.0, now - submitted_at), 3)  # still queued
+        return GoodputSplit(scheduling_s=waited, wall_s=waited)
     first = attempts[0].start
     began = first.allocated if first.allocated is not None else first.time
     clock = _Clock(min(submitted_at, began) if submitted_at is not None else began)
