@@ -18,6 +18,8 @@ checkpoint, preempted and done events) and the submission time of record.json. T
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import time
 from dataclasses import dataclass, field
 
@@ -45,6 +47,8 @@ CLOCK_SLACK_S = 1.0
 # Outcomes after which the job went back to the queue: what follows until the next allocation is
 # scheduling, not start-up.
 REQUEUED = (Outcome.PREEMPTED, Outcome.PREFLIGHT)
+# Bytes every train or event line holds (its kind tag): other lines are skipped before decoding.
+TRAIN_TAG, EVENT_TAG = b'"train"', b'"event"'
 
 
 class Parts(msgspec.Struct, kw_only=True):
@@ -141,7 +145,7 @@ def read_metric_events(run: RunDir) -> list[TrainLine | EventLine]:
     where = str(run.metrics)
     found: list[TrainLine | EventLine] = []
     for raw in whole_lines(run.metrics):
-        if not raw.strip():
+        if TRAIN_TAG not in raw and EVENT_TAG not in raw:  # most lines of a long run: not decoded
             continue
         line = decode_line(raw, where)
         # A parameter-server worker's own train lines (`worker` set) are not the run's steps.
@@ -257,13 +261,14 @@ def _blocked_by_interval(attempt: _Attempt) -> tuple[list[float], float]:
     after step k."""
     blocked = [0.0] * len(attempt.train)
     tail = 0.0
+    # An attempt's steps only grow; the running maximum keeps the search right on lines that do not.
+    reached = list(itertools.accumulate((line.step for line in attempt.train), max))
     for checkpoint in attempt.checkpoints:
-        step, seconds = checkpoint.step or 0, checkpoint.save_s or 0.0
-        where = next((i for i, line in enumerate(attempt.train) if line.step > step), None)
-        if where is None:
-            tail += seconds
+        where = bisect.bisect_right(reached, checkpoint.step or 0)
+        if where == len(reached):
+            tail += checkpoint.save_s or 0.0
         else:
-            blocked[where] += seconds
+            blocked[where] += checkpoint.save_s or 0.0
     return blocked, tail
 
 
