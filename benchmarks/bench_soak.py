@@ -164,15 +164,17 @@ def settle(soak: Soak, run: RunDir) -> None:
 def goodput_seconds(run: RunDir) -> tuple[float, int]:
     """Seconds of the step intervals that survive into the final model, and the final step."""
     surviving: dict[int, float] = {}
-    last_step = 0
+    last_step = final = 0
     for line in metric_lines(run):
         if isinstance(line, EventLine) and line.event in ("start", "resumed"):
             last_step = line.step or 0
             surviving = {step: s for step, s in surviving.items() if step <= last_step}
-        elif isinstance(line, TrainLine) and line.step_time_s is not None and line.worker is None:
-            surviving[line.step] = line.step_time_s * (line.step - last_step)
-            last_step = line.step
-    return sum(surviving.values()), max(surviving, default=0)
+        elif isinstance(line, TrainLine) and line.worker is None:
+            final = line.step  # a parameter server's lines have no step time: its step still counts
+            if line.step_time_s is not None:
+                surviving[line.step] = line.step_time_s * (line.step - last_step)
+                last_step = line.step
+    return sum(surviving.values()), final
 
 
 def charged(split: goodput.GoodputSplit, soak: Soak, run: RunDir) -> dict[str, goodput.Parts]:
@@ -232,7 +234,7 @@ def main() -> None:
         help="Soak the digits parameter-server hetjob (async): a killed worker, then a killed server.",
     )
     parser.add_argument(
-        "--ps-steps-per-s", type=float, default=40.0, help="Expected parameter versions a second, to size it."
+        "--ps-steps-per-s", type=float, default=100.0, help="Expected versions a second, to size it."
     )
     args = parser.parse_args()
     rng = random.Random(args.seed)
