@@ -30,6 +30,7 @@ from hpctrain.rundir import (
     AttemptLine,
     FailureReport,
     HangReport,
+    Heartbeat,
     PreflightReport,
     Result,
     RunDir,
@@ -62,6 +63,8 @@ from hpctrain.scheduler.slurm.nodes import (
 )
 from hpctrain.spec.job import Restart
 
+# When this process started: `begin` runs first thing in an allocation, so this dates the allocation.
+ALLOCATED = round(time.time(), 3)
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
 # srun's words for a task that a signal from outside ended (kill -9, the OOM killer, a crash in C).
@@ -337,6 +340,22 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
     return end
 
 
+def fault_time(run: RunDir, start: AttemptLine, end: StepEnd | None = None) -> float | None:
+    """When the attempt's fault happened, as its evidence dates it: the hung ranks' last advance,
+    the first failure report, else the first rank of the attempt to fall silent in the heartbeats
+    (its background thread stops ticking when the process dies or stops). None without evidence."""
+    found: list[float] = []
+    if end is not None and end.hang is not None:
+        found += [end.hang.time - (rank.idle_s or 0.0) for rank in end.hang.hung]
+    if end is not None and end.failures:
+        found += [f.time for f in end.failures if f.time is not None]
+    if not found:
+        beats = [b for b in run.read_heartbeats() if isinstance(b, Heartbeat) and b.attempt == start.attempt]
+        found += [min(rank.time for rank in beat.ranks.values()) for beat in beats if beat.ranks]
+    after_start = [when for when in found if when >= start.time - CLOCK_SLACK_S]
+    return round(min(after_start), 3) if after_start else None
+
+
 def set_aside_failures(run: RunDir, attempt: int) -> None:
     """failures/*.json and failures/stacks/ of an attempt that is retried go to failures/attempt-N/:
     the next attempt starts from a clean failures/, and the evidence stays where status says it is
@@ -390,8 +409,11 @@ class Job:
         ref = os.environ.get("HPCTRAIN_JOB_REF") or os.environ.get("SLURM_JOB_ID", "")
         return cls(run, ref, job.restart, job.resources.nodes, tasks)
 
-    def act(self, history: History, last: AttemptLine | None, status: int = 1) -> str:
-        """Decide, record the next start when launching, and return the batch script's line."""
+    def act(
+        self, history: History, last: AttemptLine | None, status: int = 1, allocated: float | None = None
+    ) -> str:
+        """Decide, record the next start when launching (with `allocated`, when the allocation
+        began, on its first), and return the batch script's line."""
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
@@ -404,7 +426,9 @@ class Job:
             set_aside_failures(self.run, last.attempt)
         attempt = history.next_attempt()
         if decision.action == "launch":
-            history.append(self.run, start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node))
+            start = start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node)
+            start.allocated = allocated
+            history.append(self.run, start)
         if history.restarts() or (decision.action == "launch" and len(decision.nodes) < self.planned):
             # The very line `hpctrain status` shows (attempts.summary_line): the two never disagree.
             summary = summarize(history, policy_of(self.policy), self.planned)
@@ -425,8 +449,14 @@ class Job:
             reason = "allocation lost, Slurm requeued the job"
             reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
             last = end_line(lost, Outcome.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run))
+            last.fault_time = fault_time(self.run, lost, StepEnd(status=1, failures=self._reports(lost)))
             history.append(self.run, last)
-        return self.act(history, last)
+        return self.act(history, last, allocated=ALLOCATED)
+
+    def _reports(self, start: AttemptLine) -> list[FailureReport]:
+        """The failure reports the ranks of `start` wrote (the survivors of a lost node)."""
+        reports = [f for f in self.run.read_failures() if isinstance(f, FailureReport)]
+        return [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
 
     def end(self, status: int) -> str:
         history = History.read(self.run)
@@ -435,7 +465,10 @@ class Job:
             decision = Decision("done" if status == 0 else "fail", status)
             return decision.line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
-        line = classify(read_step_end(self.run, status, start, allocation), start, history)
+        step_end = read_step_end(self.run, status, start, allocation)
+        line = classify(step_end, start, history)
+        if line.outcome in FAULTS:
+            line.fault_time = fault_time(self.run, start, step_end)
         history.append(self.run, line)
         return self.act(history, line, status)
 

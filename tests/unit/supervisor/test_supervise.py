@@ -430,3 +430,35 @@ def test_a_grow_back_requeue_is_recorded_as_a_grow_back_not_a_preemption(tmp_pat
     later = AttemptLine(attempt=2, event="start", time=time.time(), job_id="7", nodes=NODES)
     again = classify(supervise.read_step_end(run, 0, later, NODES), later, history)
     assert again.outcome == Outcome.PREEMPTED
+
+
+def test_a_fault_is_dated_by_its_evidence(tmp_path: Path) -> None:
+    """The hung ranks' last advance, else the first failure report, else the first rank to fall silent."""
+    from hpctrain.rundir import Heartbeat, RankBeat
+    from hpctrain.supervisor.supervise import fault_time
+
+    run = RunDir(tmp_path)
+    attempt = start(1)  # began at 101
+    assert fault_time(run, attempt, StepEnd(status=1)) is None
+    beats = {0: RankBeat(step=9, phase="data", time=130.0), 1: RankBeat(step=9, phase="data", time=124.5)}
+    run.write_heartbeat(Heartbeat(node="node1", time=131.0, ranks=beats, attempt=1))
+    run.write_heartbeat(Heartbeat(node="node2", time=90.0, ranks={2: RankBeat(9, "data", 90.0)}, attempt=0))
+    assert fault_time(run, attempt, StepEnd(status=1)) == 124.5
+    reports = [FailureReport(rank=2, time=127.0), FailureReport(rank=3, time=126.0)]
+    assert fault_time(run, attempt, StepEnd(status=1, failures=reports)) == 126.0
+    hang = HangReport(time=140.0, summary="", hung=[RankState(rank=1, idle_s=12.0)])
+    assert fault_time(run, attempt, StepEnd(status=1, hang=hang, failures=reports)) == 126.0
+    assert fault_time(run, attempt, StepEnd(status=1, hang=hang)) == 128.0
+
+
+def test_the_first_start_of_an_allocation_records_when_it_began(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    run = RunDir(tmp_path)
+    monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
+    job = Job(run, "7", Restart(), 2, 2)
+    assert job.begin().startswith("launch ")
+    (first,) = History.read(run).lines
+    assert first.allocated == supervise.ALLOCATED and first.allocated <= first.time
+    append_line(run.attempts, end(0, "rank_failure"))
+    job.act(History.read(run), History.read(run).lines[-1])
+    assert History.read(run).lines[-1].event == "start" and History.read(run).lines[-1].allocated is None
