@@ -220,13 +220,16 @@ def _job_id_of(run: Run | str) -> str:
 def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
     """Tracked runs: those named by job id or run id (none known: NotTracked; some unknown: a warning on
     stderr), else the recent ones (active, or ended within a day), or with `everything` every run, newest
-    first, at most `limit`."""
+    first, at most `limit`. Run directories of submits killed before they recorded their run are recorded
+    first, as never submitted (only recent ones, unless every run is listed)."""
     from hpctrain.runs.index import Index
     from hpctrain.runs.status import select
 
-    if not keys and everything:
-        return [Run(record) for record in Index().runs(limit=limit)]
-    return [Run(record) for record in select(list(keys))]
+    if everything and not keys and limit is not None:
+        index = Index()
+        index.adopt_unindexed(recent=True)
+        return [Run(record) for record in index.runs(limit=limit)]
+    return [Run(record) for record in select(list(keys), everything)]
 
 
 def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
@@ -338,7 +341,7 @@ class Run:
         from hpctrain.runs.logs import LogMerger, rank_logs
 
         root = self._log_root(element)
-        self.refuse_links(rank_logs(root).values())
+        self.refuse_links([root.logs, *rank_logs(root).values()])
         return LogMerger(root, None if rank is None else [rank], node)
 
     def rank_logs(self, element: int | None = None) -> dict[int, Path]:
@@ -369,8 +372,8 @@ class Run:
         return root if element is None else root.element(element)
 
     def refuse_links(self, paths: Iterable[Path]) -> None:
-        """A log that is a symbolic link, or lies behind one leading out of the run directory, is an
-        error: logs are files of the run, never what a link planted there points to."""
+        """A log that is a symbolic link, or lies in a linked folder of the run directory, is an error:
+        logs are files of the run, never what a link planted there points to."""
         from hpctrain.rundir import leaves
 
         for path in paths:
@@ -489,7 +492,9 @@ def submit_sweep(
     **options: Any,
 ) -> Sweep:
     """Submit the job's sweep (`sweep:` in the spec, plus `grid`: `key=v1,v2`) as job arrays; its handle.
-    `options`: random, seed, max_parallel, metric, mode, max_trials (as `hpctrain sweep`'s flags)."""
+    `options`: sampler, budget, round_size, random, seed, max_parallel, metric, mode, max_trials (as
+    `hpctrain sweep`'s flags), and `progress` (told what each round of an optuna sweep did; such a
+    sweep runs its rounds before this returns)."""
     from hpctrain.rundir import home
     from hpctrain.sweep import plan
 
@@ -581,6 +586,14 @@ class Sweep:
         from hpctrain.report.sweep import report_sweep
 
         return report_sweep(self.root, self.record, out)
+
+    def resume(self, progress: Callable[[str], None] | None = None) -> SweepRecord:
+        """Carry on an optuna sweep in the foreground: wait for the trials in flight, ask again those that
+        were cancelled, and run rounds until its budget is spent; `progress` hears what each round did."""
+        from hpctrain.sweep.study import resume
+
+        self.record = resume(self.root, progress)
+        return self.record
 
     def cancel(self) -> list[str]:
         """Cancel every array of the sweep (one scheduler call); the array job ids."""
@@ -677,6 +690,7 @@ _STRUCTS: Mapping[str, str] = {
     "Resources": "hpctrain.spec",
     "Train": "hpctrain.spec",
     "MAX_TRIALS": "hpctrain.spec.sweep",
+    "SAMPLERS": "hpctrain.spec.sweep",
     "Resolved": "hpctrain.spec",
     "RunStatus": "hpctrain.runs.status",
     "Result": "hpctrain.rundir",

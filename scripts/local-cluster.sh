@@ -251,6 +251,9 @@ render_slurm_conf() {
         acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu
+# Job comments in accounting: hpctrain index check finds the job of a killed submit by the run id
+# its comment carries, also once the job has left the queue.
+AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30"
     else

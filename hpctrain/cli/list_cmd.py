@@ -30,6 +30,8 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.cli.view.table import print_json, table
 
     limit = None if args.all else max(args.limit, 1)
+    # Run directories whose submit was killed before recording them are listed as never submitted
+    # (without --all: those made within the last hours, the newest that are listed).
     runs = [handle.record for handle in api.list_runs(everything=True, limit=limit + 1 if limit else None)]
     if limit and len(runs) > limit:
         runs = runs[:limit]

@@ -10,7 +10,7 @@ from hpctrain.cli.view.arguments import add_job_arguments
 from hpctrain.cli.view.table import print_json, table
 from hpctrain.errors import SpecError
 
-ACTIONS = ("status", "cancel", "report")
+ACTIONS = ("status", "cancel", "report", "resume")
 
 
 def _positive(text: str) -> int:
@@ -29,7 +29,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_job_arguments(parser)
     parser._option_string_actions["--site"].required = False  # only submitting a sweep needs a site
     job = next(a for a in parser._actions if a.dest == "job")
-    job.help = "Job spec (YAML) to sweep, or one of: status [SWEEP...], cancel SWEEP..., report SWEEP."
+    job.help = (
+        "Job spec (YAML) to sweep, or one of: status [SWEEP...], cancel SWEEP..., report SWEEP, "
+        "resume SWEEP (an optuna sweep's rounds)."
+    )
     parser.add_argument("sweeps", nargs="*", metavar="SWEEP", help="Sweep ids (or array job ids) to act on.")
     parser.add_argument(
         "--grid",
@@ -39,7 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="A swept field and its values, e.g. --grid train.lr=1e-3,3e-3 (repeatable; adds to sweep.grid).",
     )
     parser.add_argument("--random", type=_positive, metavar="N", help="N distinct grid points, not all.")
-    parser.add_argument("--seed", type=int, help="Seed of the --random draw.")
+    parser.add_argument(
+        "--sampler", choices=api.SAMPLERS, help="How trials are chosen (default sweep.sampler, grid)."
+    )
+    parser.add_argument(
+        "--budget", type=_positive, metavar="N", help="Trials of the samplers random and optuna."
+    )
+    parser.add_argument(
+        "--round-size", type=_positive, metavar="K", help="optuna: trials per round (one array)."
+    )
+    parser.add_argument("--seed", type=int, help="Seed of the random draw or of the study's sampler.")
     parser.add_argument("--max-parallel", type=_positive, metavar="K", help="Trials running at once.")
     parser.add_argument("--metric", help="Result field that ranks trials (default eval_loss).")
     parser.add_argument("--mode", choices=("min", "max"), help="Lower or higher metric is better.")
@@ -67,7 +79,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.job in ACTIONS:
-        action = {"status": status, "cancel": cancel, "report": report}[args.job]
+        action = {"status": status, "cancel": cancel, "report": report, "resume": resume}[args.job]
         return action(args.sweeps, args)
     if args.sweeps:
         raise SpecError(f"unexpected arguments after the job spec: {' '.join(args.sweeps)}")
@@ -85,7 +97,11 @@ def submit(args: argparse.Namespace) -> int:
         args.overrides,
         args.grid,
         args.backend,
+        progress=None if args.json else print,
         random=args.random,
+        sampler=args.sampler,
+        budget=args.budget,
+        round_size=args.round_size,
         seed=args.seed,
         max_parallel=args.max_parallel,
         metric=args.metric,
@@ -177,6 +193,20 @@ def cancel(keys: list[str], args: argparse.Namespace) -> int:
     for handle in api.list_sweeps(keys):
         ids = handle.cancel()  # one scancel for every array of the sweep
         print(f"Cancelled sweep {handle.sweep_id}: arrays {', '.join(ids)}")
+    return 0
+
+
+def resume(keys: list[str], args: argparse.Namespace) -> int:
+    """Carry on an optuna sweep's rounds in the foreground (hpctrain.sweep.study)."""
+    from hpctrain import api
+
+    found = api.list_sweeps(keys)
+    if len(found) != 1:
+        raise SpecError("name one sweep to resume: hpctrain sweep resume SWEEP")
+    handle = found[0]
+    record = handle.resume(None if args.json else print)
+    if args.json:
+        print_json({"sweep_id": record.sweep_id, "run_dir": str(handle.root), "trials": len(record.trials)})
     return 0
 
 

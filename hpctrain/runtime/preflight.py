@@ -39,10 +39,10 @@ from hpctrain.rundir import (
     replace_bytes,
     write_json,
 )
+from hpctrain.rundir.ports import job_ports
 from hpctrain.runtime import bootstrap
 
 EXIT_BAD_NODES = 3
-PORT_OFFSET = 20000  # without HPCTRAIN_PREFLIGHT_PORT (set by the batch script): clear of MASTER_PORT
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
 # is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
 JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
@@ -268,7 +268,8 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 
     env = dict(os.environ)
     info = bootstrap.discover(env)
-    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or info.master_port + PORT_OFFSET)
+    # Without HPCTRAIN_PREFLIGHT_PORT (set by the batch script): attempt 0's preflight port, same rule.
+    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or job_ports(info.job_id)[1])
     info = bootstrap.DistInfo(**{**asdict(info), "master_port": port})
     started = time.perf_counter()
     facts = check_node(info, env)

@@ -158,13 +158,17 @@ def preflight_script(
         env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
     lines += ["set -euo pipefail", *site.setup]
     lines += [f"export {key}={shell_quote(value)}" for key, value in env.items()]
+    python = shell_quote(site.python or sys.executable)
     lines += [
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export MASTER_ADDR",
-        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        # The batch script's port rule (hpctrain.rundir.ports), read on this node.
+        "read -r MASTER_PORT HPCTRAIN_PREFLIGHT_PORT "
+        f'< <({python} -m hpctrain.rundir.ports "$SLURM_JOB_ID" 0)',
+        "export MASTER_PORT HPCTRAIN_PREFLIGHT_PORT",
         f"export HPCTRAIN_RUN_DIR={shell_quote(folder)}",
         f"srun --output={shell_quote(str(RunDir(folder).logs / SLURM_PREFLIGHT_LOG))} "
-        f"{shell_quote(site.python or sys.executable)} -m hpctrain.runtime.preflight --tolerance {tolerance}",
+        f"{python} -m hpctrain.runtime.preflight --tolerance {tolerance}",
     ]
     return "\n".join(lines) + "\n"
 
