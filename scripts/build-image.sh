@@ -75,6 +75,8 @@ spec["mounts"] = [m for m in spec["mounts"] if m["destination"] not in ("/dev/sh
 spec["mounts"] += [
     {"destination": "/dev/shm", "type": "bind", "source": "/dev/shm", "options": ["rbind", "rw"]},
     {"destination": "/etc/hosts", "type": "bind", "source": "/etc/hosts", "options": ["bind", "ro"]},
+    # The root is read-only: Python's tempfile (torchrun's log folder) needs a writable /tmp.
+    {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev", "mode=1777"]},
 ]
 with open(path, "w", encoding="utf-8") as handle:
     json.dump(spec, handle, indent=2)
