@@ -27,4 +27,5 @@ if ! command -v hpctrain >/dev/null 2>&1 \
 fi
 # Byte-compile the package: with PYTHONDONTWRITEBYTECODE set, every CLI start would recompile it.
 "$PYTHON" -m compileall -q hpctrain >/dev/null
+scripts/install-containers.sh  # enroot, pyxis, runc: the container tests (docs/containers.md)
 "$PYTHON" -c "import hpctrain, torch; print(f'hpctrain {hpctrain.__version__}, torch {torch.__version__}')"

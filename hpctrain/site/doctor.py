@@ -25,6 +25,7 @@ from hpctrain.scheduler.slurm.facts import (
     slurm_time,
 )
 from hpctrain.spec import Site
+from hpctrain.spec.job import CONTAINER_RUNTIMES
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
@@ -113,6 +114,22 @@ def node_state(node: str, record: dict[str, str]) -> Finding:
     state = record.get("State", "?")
     bad = [s for s in BAD_STATES if s in state.upper()] or (["NOT_RESPONDING"] if state.endswith("*") else [])
     return Finding(node, "state", "FAIL" if bad else "PASS", f"{state} {record.get('Reason', '')}".strip())
+
+
+def container_findings(site: Site, found: dict[str, str]) -> list[Finding]:
+    """Each container runtime: found on the cluster (hpctrain.site.containers.detect) and listed in
+    the profile's container_runtimes, or not; a listed runtime the cluster lacks is a FAIL."""
+    findings = []
+    for runtime in CONTAINER_RUNTIMES:
+        listed = runtime in site.container_runtimes
+        if runtime in found:
+            status = "PASS" if listed else "WARN"
+            detail = found[runtime] + ("" if listed else "; add it to the profile's container_runtimes")
+        else:
+            status = "FAIL" if listed else "PASS"
+            detail = "listed in container_runtimes, not found" if listed else "not installed"
+        findings.append(Finding("cluster", f"container {runtime}", status, detail))
+    return findings
 
 
 def accounting_findings(facts: ClusterFacts) -> list[Finding]:
