@@ -17,11 +17,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.index_lines import silence_warnings
+    from hpctrain import api
 
-    silence_warnings()
-    index = Index()
+    index = api.run_index()
     if args.action == "compact":
         done = index.compact()
         print(
