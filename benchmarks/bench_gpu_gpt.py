@@ -8,7 +8,7 @@ step time, tokens/s and MFU from the run dirs' result.json / metrics.jsonl. For 
 on one GPU: three attempts of one run directory, the first and third with an empty compile cache,
 the second with the cache the first left in the run directory; for each, the seconds from its
 start to its first step, and the seconds its checkpoints blocked training (the first save of the
-first attempt included, whose staging buffers were allocated in the background after step 1):
+first attempt included, whose staging buffers were allocated in the background from step 1 on):
     python benchmarks/bench_gpu_gpt.py --restart [--out /tmp/bench-gpu]
 
 ``--beside`` runs two fresh 40-step runs with the first save at step 40: one as the runtime is, one
@@ -68,8 +68,8 @@ def median_ms(seconds: list[float]) -> float | None:
 
 def beside_reservation(times: list[float], reserve_s: float) -> list[float]:
     """The step times, after step 1, of a fresh run's steps that ran while the staging buffers were
-    allocated (the allocation starts at the end of step 1)."""
-    during, elapsed = [], 0.0
+    allocated (the allocation starts just before step 1, so step 1's time counts too)."""
+    during, elapsed = [], times[0] if times else 0.0
     for seconds in times[1:]:
         elapsed += seconds
         if elapsed > reserve_s:
@@ -78,7 +78,11 @@ def beside_reservation(times: list[float], reserve_s: float) -> list[float]:
     return during
 
 
-NO_RESERVATION = "import hpctrain.runtime.staging as s\ns.HostStaging.reserve = lambda self, state: None\n"
+NO_RESERVATION = (
+    "import hpctrain.runtime.staging as s\n"
+    "s.HostStaging.reserve = lambda self, state: None\n"
+    "s.HostStaging.reserve_like = lambda self, specs: None\n"
+)
 
 
 def patched(out: Path, name: str, code: str) -> dict[str, str]:

@@ -251,6 +251,9 @@ render_slurm_conf() {
         acct="AccountingStorageType=accounting_storage/slurmdbd
 AccountingStorageHost=localhost
 AccountingStorageTRES=gres/gpu
+# Job comments in accounting: hpctrain index check finds the job of a killed submit by the run id
+# its comment carries, also once the job has left the queue.
+AccountingStoreFlags=job_comment
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30"
     else
@@ -359,6 +362,7 @@ write_slurm_configs() {
     local changed=1
     if render_slurm_conf "$1" | install_file "${CONF_DIR}/slurm.conf" 644; then changed=0; fi
     if render_gres_conf | install_file "${CONF_DIR}/gres.conf" 644; then changed=0; fi
+    if "$(dirname "$0")/cluster/containers.sh" "$CONF_DIR"; then changed=0; fi
     return "$changed"
 }
 

@@ -18,7 +18,7 @@ fi
 # Installed means: the console script exists and every test dependency imports (ruff included), and
 # setuptools can build a wheel by itself (>= 70.1; the wheel test builds one).
 if ! command -v hpctrain >/dev/null 2>&1 \
-    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, hypothesis, matplotlib, tensorboard, rich, wandb, msgspec, yaml, jinja2" >/dev/null 2>&1 \
+    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, hypothesis, matplotlib, tensorboard, rich, wandb, optuna, msgspec, yaml, jinja2" >/dev/null 2>&1 \
     || ! "$PYTHON" -m ruff --version >/dev/null 2>&1 \
     || ! command -v py-spy >/dev/null 2>&1 \
     || ! "$PYTHON" -c "import setuptools.command.bdist_wheel" >/dev/null 2>&1; then
@@ -27,4 +27,5 @@ if ! command -v hpctrain >/dev/null 2>&1 \
 fi
 # Byte-compile the package: with PYTHONDONTWRITEBYTECODE set, every CLI start would recompile it.
 "$PYTHON" -m compileall -q hpctrain >/dev/null
+scripts/install-containers.sh  # enroot, pyxis, runc: the container tests (docs/containers.md)
 "$PYTHON" -c "import hpctrain, torch; print(f'hpctrain {hpctrain.__version__}, torch {torch.__version__}')"

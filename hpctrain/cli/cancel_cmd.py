@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-from collections import defaultdict
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -15,21 +14,13 @@ def run(args: argparse.Namespace) -> int:
 
     if (code := cancel_hook(args)) is not None:  # every key names a sweep: cancel all its arrays
         return code
+    from hpctrain import api
     from hpctrain.errors import HpctrainError
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.poll import CANCEL_REQUESTED
-    from hpctrain.scheduler import select_backend
 
-    index = Index()
-    runs, missing = index.find(args.jobs)
-    by_backend = defaultdict(list)
+    runs, missing = api.find_runs(args.jobs)
+    api.cancel(runs)
     for run_ in runs:
         if run_.job_id:
-            by_backend[run_.backend].append(run_)
-    for backend_name, group in by_backend.items():
-        select_backend(backend_name).cancel([r.job_id for r in group])
-        index.update_states((r, r.state, CANCEL_REQUESTED) for r in group)
-        for run_ in group:
             print(f"Cancelled job {run_.job_id} ({run_.name})")
     if missing:
         # After cancelling the others: one unknown id must not spare the jobs that were named.

@@ -62,17 +62,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def words(kind: str) -> list[str]:
     """Completion candidates: example job names, site names, or the job ids of tracked runs."""
+    from hpctrain import api
+
     if kind == "jobs":
-        from hpctrain.spec.resources import example_jobs
-
-        return list(example_jobs())
+        return list(api.example_jobs())
     if kind == "sites":
-        from hpctrain.site.lookup import listing
-
-        return sorted({e.name for e in listing(describe=False)})
-    from hpctrain.runs.index import Index
-
-    return [r.job_id for r in Index().runs(limit=200) if r.job_id]
+        return sorted({e.name for e in api.sites(describe=False)})
+    return [r.job_id for r in api.list_runs(everything=True, limit=200) if r.job_id]
 
 
 def script(shell: str) -> str:

@@ -27,13 +27,14 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain import spec
     from hpctrain.cli.view.table import table
     from hpctrain.scheduler.slurm.facts import ClusterFacts
-    from hpctrain.site import doctor
+    from hpctrain.site import containers, doctor
     from hpctrain.site.lookup import locate
 
     site = spec.load_site(locate(args.site))
     partition, _ = site.partition(args.partition)
     facts = ClusterFacts.read()
     findings = doctor.accounting_findings(facts) + doctor.node_findings(site, facts)
+    findings += doctor.container_findings(site, containers.detect(facts))
     if not args.no_job and partition in facts.partitions:
         nodes = doctor.healthy_nodes(findings, facts.partition_nodes(partition))
         report = doctor.run_preflight(

@@ -16,10 +16,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.spec.resources import example_jobs, job_file
+    from hpctrain import api
 
-    examples = example_jobs()
-    chosen = {args.name: job_file(args.name)} if args.name else examples
+    examples = api.example_jobs()
+    chosen = {args.name: api.example_job(args.name)} if args.name else examples
     if args.copy:
         from hpctrain.cli.view.user_files import write_user_files
 

@@ -29,6 +29,7 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.cli.view.user_files import refuse_overwrite, write_user_files
     from hpctrain.errors import SpecError
     from hpctrain.scheduler.slurm.facts import ClusterFacts
+    from hpctrain.site import containers
     from hpctrain.site.builder import build_site, probe_or_none, render_yaml
     from hpctrain.site.lookup import user_folder
 
@@ -39,7 +40,7 @@ def run(args: argparse.Namespace) -> int:
         refuse_overwrite({target: None}, args.force)
     facts = ClusterFacts.read()
     probe, why = (None, "--no-probe") if args.no_probe else probe_or_none(facts, args.timeout)
-    data, notes = build_site(args.name, facts, probe)
+    data, notes = build_site(args.name, facts, probe, containers.detect(facts))
     if probe is None:
         notes.append(f"Network probe job did not run ({why}).")
     spec.decode(spec.Site, data, f"site {args.name} read from the cluster")  # what we write must load

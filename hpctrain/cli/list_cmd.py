@@ -26,11 +26,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
+    from hpctrain import api
     from hpctrain.cli.view.table import print_json, table
-    from hpctrain.runs.index import Index
 
     limit = None if args.all else max(args.limit, 1)
-    runs = Index().runs(limit=limit + 1 if limit else None)
+    # Run directories whose submit was killed before recording them are listed as never submitted
+    # (without --all: those made within the last hours, the newest that are listed).
+    runs = [handle.record for handle in api.list_runs(everything=True, limit=limit + 1 if limit else None)]
     if limit and len(runs) > limit:
         runs = runs[:limit]
         print(f"hpctrain: the newest {limit} runs; `hpctrain list --all` shows every one", file=sys.stderr)

@@ -14,12 +14,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain import spec
-    from hpctrain.launch.submission import prepare
+    from hpctrain import api
 
-    request = prepare(args.job, args.site, args.overrides, args.backend, check=args.check)
+    request = api.render(args.job, args.site, args.overrides, args.backend, check=args.check)
     if args.spec:
-        sys.stdout.write(spec.dumps(request.resolved).decode() + "\n")
+        sys.stdout.write(api.spec_json(request.resolved) + "\n")
     else:
         sys.stdout.write(request.script)
     return 0

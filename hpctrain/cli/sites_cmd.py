@@ -13,10 +13,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
+    from hpctrain import api
     from hpctrain.cli.view.table import print_json, table
-    from hpctrain.site.lookup import listing, search_path
 
-    entries = listing(describe=not args.names)
+    entries = api.sites(describe=not args.names)
     if args.names:
         print("\n".join(sorted({e.name for e in entries})))
         return 0
@@ -27,5 +27,5 @@ def run(args: argparse.Namespace) -> int:
         [e.name + (" (shadowed)" if e.shadowed else ""), e.source, e.path, e.description] for e in entries
     ]
     print(table(rows, ["NAME", "FROM", "PATH", "DESCRIPTION"]))
-    print("\nSearch order: " + ", ".join(f"{source} ({folder})" for source, folder in search_path()))
+    print("\nSearch order: " + ", ".join(f"{source} ({folder})" for source, folder in api.site_search_path()))
     return 0

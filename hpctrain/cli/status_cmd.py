@@ -6,7 +6,7 @@ import argparse
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    from hpctrain.runs.status import MIN_INTERVAL_S
+    from hpctrain.cli.view.status import MIN_INTERVAL_S
 
     parser.add_argument("jobs", nargs="*", metavar="JOBID", help="Job ids or run ids (default: recent jobs).")
     parser.add_argument("--all", action="store_true", help="Every tracked job, not only the last day's.")
@@ -26,10 +26,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     import msgspec
 
+    from hpctrain import api
     from hpctrain.cli.view.status import show, wait_for
     from hpctrain.cli.view.table import print_json
-    from hpctrain.runs.status import poll_statuses, select
-    from hpctrain.scheduler.base import JobState
 
     if args.jobs:  # `hpctrain status SWEEP`: a sweep's own view (one line per sweep, --trials)
         from hpctrain.cli.sweep_cmd import status_hook
@@ -37,17 +36,17 @@ def run(args: argparse.Namespace) -> int:
         if (code := status_hook(args)) is not None:
             return code
 
-    runs = select(args.jobs, args.all)
+    runs = api.list_runs(args.jobs, everything=args.all)
     detail = bool(args.jobs)
     if args.watch:
         statuses = wait_for(runs, quiet=args.json, interval=args.interval, detail=detail)
     else:
         # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
-        statuses = poll_statuses(runs, brief=not args.json and not detail)
+        statuses = api.statuses(runs, brief=not args.json and not detail)
     if args.json:
         print_json(msgspec.to_builtins(statuses))
     elif not args.watch:
         show(statuses, detail)
     if args.watch:
         return 0
-    return 1 if args.jobs and any(s.state == JobState.SUBMIT_FAILED for s in statuses) else 0
+    return 1 if args.jobs and any(s.state == "SUBMIT_FAILED" for s in statuses) else 0

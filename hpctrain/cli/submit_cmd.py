@@ -9,28 +9,45 @@ from hpctrain.cli.view.table import print_json
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from hpctrain import api
+
     add_job_arguments(parser)
     parser.add_argument(
         "--wait", action="store_true", help="Wait until the job ends; exit 0 only if it completed."
     )
     parser.add_argument("--json", action="store_true", help="Print the submission as JSON.")
+    parser.add_argument(
+        "--after",
+        action="append",
+        default=[],
+        metavar="JOBID",
+        help="Start only after this job (a job id or run id) completed (repeatable; see --after-kind).",
+    )
+    parser.add_argument(
+        "--after-kind",
+        choices=api.AFTER_KINDS,
+        default="afterok",
+        help="With --after: start once those jobs completed (afterok), ended (afterany) "
+        "or failed (afternotok).",
+    )
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain.errors import BackendError
-    from hpctrain.launch.submission import submit
+    from hpctrain import api
 
-    done = submit(args.job, args.site, args.overrides, args.backend, check=args.check)
-    run_ = done.run
-    if done.error:
-        raise BackendError(f"{done.error} (the script and resolved spec are kept in {run_.run_dir})")
+    # A job id hpctrain does not track is passed on as it is: Slurm knows it, or refuses.
+    tracked, untracked = api.find_runs(args.after) if args.after else ([], [])
+    after = [*tracked, *untracked]
+    run_ = api.submit(
+        args.job, args.site, args.overrides, args.backend, after, args.after_kind, check=args.check
+    )
     if args.json:
         print_json(
             {
                 "job_id": run_.job_id,
                 "run_id": run_.run_id,
                 "run_dir": str(run_.run_dir),
-                "backend": run_.backend,
+                "backend": run_.record.backend,
             }
         )
     else:

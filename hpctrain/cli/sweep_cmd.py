@@ -9,9 +9,8 @@ from typing import Any
 from hpctrain.cli.view.arguments import add_job_arguments
 from hpctrain.cli.view.table import print_json, table
 from hpctrain.errors import SpecError
-from hpctrain.spec.sweep import MAX_TRIALS
 
-ACTIONS = ("status", "cancel", "report")
+ACTIONS = ("status", "cancel", "report", "resume")
 
 
 def _positive(text: str) -> int:
@@ -25,10 +24,15 @@ def _positive(text: str) -> int:
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from hpctrain import api
+
     add_job_arguments(parser)
     parser._option_string_actions["--site"].required = False  # only submitting a sweep needs a site
     job = next(a for a in parser._actions if a.dest == "job")
-    job.help = "Job spec (YAML) to sweep, or one of: status [SWEEP...], cancel SWEEP..., report SWEEP."
+    job.help = (
+        "Job spec (YAML) to sweep, or one of: status [SWEEP...], cancel SWEEP..., report SWEEP, "
+        "resume SWEEP (an optuna sweep's rounds)."
+    )
     parser.add_argument("sweeps", nargs="*", metavar="SWEEP", help="Sweep ids (or array job ids) to act on.")
     parser.add_argument(
         "--grid",
@@ -38,7 +42,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="A swept field and its values, e.g. --grid train.lr=1e-3,3e-3 (repeatable; adds to sweep.grid).",
     )
     parser.add_argument("--random", type=_positive, metavar="N", help="N distinct grid points, not all.")
-    parser.add_argument("--seed", type=int, help="Seed of the --random draw.")
+    parser.add_argument(
+        "--sampler", choices=api.SAMPLERS, help="How trials are chosen (default sweep.sampler, grid)."
+    )
+    parser.add_argument(
+        "--budget", type=_positive, metavar="N", help="Trials of the samplers random and optuna."
+    )
+    parser.add_argument(
+        "--round-size", type=_positive, metavar="K", help="optuna: trials per round (one array)."
+    )
+    parser.add_argument("--seed", type=int, help="Seed of the random draw or of the study's sampler.")
     parser.add_argument("--max-parallel", type=_positive, metavar="K", help="Trials running at once.")
     parser.add_argument("--metric", help="Result field that ranks trials (default eval_loss).")
     parser.add_argument("--mode", choices=("min", "max"), help="Lower or higher metric is better.")
@@ -46,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--max-trials",
         type=_positive,
         metavar="N",
-        help=f"Refuse a sweep of more than N trials (default sweep.max_trials, {MAX_TRIALS}).",
+        help=f"Refuse a sweep of more than N trials (default sweep.max_trials, {api.MAX_TRIALS}).",
     )
     add_status_arguments(parser)
     parser.add_argument(
@@ -66,7 +79,7 @@ def add_status_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     if args.job in ACTIONS:
-        action = {"status": status, "cancel": cancel, "report": report}[args.job]
+        action = {"status": status, "cancel": cancel, "report": report, "resume": resume}[args.job]
         return action(args.sweeps, args)
     if args.sweeps:
         raise SpecError(f"unexpected arguments after the job spec: {' '.join(args.sweeps)}")
@@ -76,24 +89,26 @@ def run(args: argparse.Namespace) -> int:
 
 
 def submit(args: argparse.Namespace) -> int:
-    from hpctrain.sweep import plan as sweep
+    from hpctrain import api
 
-    record = sweep.submit(
+    handle = api.submit_sweep(
         args.job,
         args.site,
         args.overrides,
         args.grid,
         args.backend,
+        progress=None if args.json else print,
         random=args.random,
+        sampler=args.sampler,
+        budget=args.budget,
+        round_size=args.round_size,
         seed=args.seed,
         max_parallel=args.max_parallel,
         metric=args.metric,
         mode=args.mode,
         max_trials=args.max_trials,
     )
-    from hpctrain.rundir import home
-
-    root = home() / "runs" / record.sweep_id
+    record, root = handle.record, handle.root
     if args.json:
         print_json(
             {
@@ -113,35 +128,10 @@ def submit(args: argparse.Namespace) -> int:
     return 0
 
 
-def _sweeps(keys: list[str], require: bool = True) -> list[tuple[Path, Any]]:
-    """(root, record) of each named sweep, or of every tracked sweep when none is named."""
-    from hpctrain import rundir
-    from hpctrain.runs.index import Index
-    from hpctrain.sweep import plan as sweep
-
-    index = Index()
-    if not keys:
-        roots = sorted({r.run_dir for r in index.runs()}, key=str)
-        found = [(root, sweep.load(root)) for root in roots]
-        return [(root, rec) for root, rec in found if isinstance(rec, sweep.SweepRecord)]
-    out = []
-    for key in keys:
-        match = sweep.find(index, key)
-        if match is None:
-            if require:
-                raise SpecError(f"{key} is not a sweep tracked by hpctrain (see `hpctrain sweep status`)")
-            continue
-        root, record = match
-        if isinstance(record, rundir.Unreadable):
-            raise SpecError(str(record))
-        out.append((root, record))
-    return out
-
-
 def status(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.sweep.status import rank, survey
+    from hpctrain import api
 
-    summaries = survey(_sweeps(keys))
+    summaries = api.survey(api.list_sweeps(keys))
     if args.json:
         import msgspec
 
@@ -150,7 +140,7 @@ def status(keys: list[str], args: argparse.Namespace) -> int:
     for summary in summaries:
         print(summary_line(summary))
         if args.trials:
-            print(trials_table(rank(summary.trials, summary.mode), summary.metric))
+            print(trials_table(api.ranked(summary.trials, summary.mode), summary.metric))
     if not summaries:
         print("No sweeps tracked (submit one with `hpctrain sweep JOB.yaml --site SITE --grid KEY=V1,V2`).")
     return 0
@@ -183,8 +173,10 @@ def trials_table(trials: list[Any], metric: str) -> str:
 
 
 def _all_sweeps(args: argparse.Namespace) -> list[str]:
+    from hpctrain import api
+
     keys = list(getattr(args, "jobs", []) or [])
-    return keys if keys and len(_sweeps(keys, require=False)) == len(keys) else []
+    return keys if keys and len(api.list_sweeps(keys, require=False)) == len(keys) else []
 
 
 def status_hook(args: argparse.Namespace) -> int | None:
@@ -194,30 +186,39 @@ def status_hook(args: argparse.Namespace) -> int | None:
 
 
 def cancel(keys: list[str], args: argparse.Namespace) -> int:
-    from hpctrain.runs.index import Index
-    from hpctrain.scheduler import select_backend
+    from hpctrain import api
 
     if not keys:
         raise SpecError("name the sweep to cancel: hpctrain sweep cancel SWEEP")
-    index = Index()
-    for root, record in _sweeps(keys):
-        ids = [c.job_id for c in record.arrays if c.job_id]
-        select_backend(record.backend).cancel(ids)  # one scancel for every array of the sweep
-        index.update_states((r, r.state, "cancel requested") for r in index.runs() if r.run_dir == root)
-        print(f"Cancelled sweep {record.sweep_id}: arrays {', '.join(ids)}")
+    for handle in api.list_sweeps(keys):
+        ids = handle.cancel()  # one scancel for every array of the sweep
+        print(f"Cancelled sweep {handle.sweep_id}: arrays {', '.join(ids)}")
+    return 0
+
+
+def resume(keys: list[str], args: argparse.Namespace) -> int:
+    """Carry on an optuna sweep's rounds in the foreground (hpctrain.sweep.study)."""
+    from hpctrain import api
+
+    found = api.list_sweeps(keys)
+    if len(found) != 1:
+        raise SpecError("name one sweep to resume: hpctrain sweep resume SWEEP")
+    handle = found[0]
+    record = handle.resume(None if args.json else print)
+    if args.json:
+        print_json({"sweep_id": record.sweep_id, "run_dir": str(handle.root), "trials": len(record.trials)})
     return 0
 
 
 def report(keys: list[str], args: argparse.Namespace) -> int:
     """The same report as `hpctrain report SWEEP` (hpctrain.report.sweep)."""
+    from hpctrain import api
     from hpctrain.cli.view.report import show
-    from hpctrain.report.sweep import report_sweep
 
-    found = _sweeps(keys)
+    found = api.list_sweeps(keys)
     if len(found) != 1:
         raise SpecError("name one sweep to report: hpctrain sweep report SWEEP")
-    root, record = found[0]
-    show(report_sweep(root, record, args.out))
+    show(found[0].report(args.out))
     return 0
 
 

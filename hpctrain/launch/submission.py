@@ -4,20 +4,22 @@ for runs and sweeps, which records every run directory it makes in the index."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import shutil
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import msgspec
 
 from hpctrain import spec
+from hpctrain.errors import InputError
 from hpctrain.launch.entry_check import check_job
 from hpctrain.scheduler import select_backend
-from hpctrain.scheduler.base import BackendError, JobState
+from hpctrain.scheduler.base import AFTER_KINDS, AfterKind, BackendError, JobState
 from hpctrain.scheduler.render import slurm_directive_path
 from hpctrain.site import lookup as sites
 from hpctrain.spec.resources import job_file
@@ -39,27 +41,70 @@ class Request(msgspec.Struct):
 
 
 def prepare(
-    job_path: str | Path,
+    job: JobSource,
     site: str,
     overrides: list[str] | None = None,
     backend_name: str | None = None,
     check: bool = True,
 ) -> Request:
     """Load, override, validate and render; raises SpecError / RenderError with one-line messages."""
-    resolved = load_and_resolve(job_path, site, overrides, check)
+    resolved = load_and_resolve(job, site, overrides, check)
     # A dry run has no run directory yet: the script shows where it would be.
     return Request(resolved, select_backend(backend_name).prepare(resolved, Path("/RUN_DIR")).script)
 
 
+JobSource = str | Path | spec.JobSpec | Mapping[str, Any]
+"""A job: a spec file, the name of a shipped example, a JobSpec, or the same data as a mapping."""
+
+
+def load_job(job: JobSource, overrides: list[str] | None = None) -> tuple[spec.JobSpec, str]:
+    """The job with `overrides` (`--set` semantics) applied, and where it came from (for messages):
+    one path for a file, an example's name and a job built in Python."""
+    if isinstance(job, str | Path):
+        path = job_file(job)
+        return spec.load_job(path, overrides), str(job)
+    origin = source_name(job)
+    data = msgspec.to_builtins(job) if isinstance(job, spec.JobSpec) else copy.deepcopy(dict(job))
+    return spec.decode(spec.JobSpec, spec.apply_overrides(data, overrides or [], origin), origin), origin
+
+
+def source_name(job: JobSource) -> str:
+    """How messages and submit.json name a job: its path as given, or `<python job NAME>`."""
+    if isinstance(job, str | Path):
+        return str(job)
+    name = job.name if isinstance(job, spec.JobSpec) else job.get("name", "?")
+    return f"<python job {name}>"
+
+
 def load_and_resolve(
-    job_path: str | Path, site: str, overrides: list[str] | None, check: bool = True
+    job: JobSource, site: str, overrides: list[str] | None, check: bool = True
 ) -> spec.Resolved:
-    job = spec.load_job(job_file(job_path), overrides)
+    loaded, where = load_job(job, overrides)
     site_profile = spec.load_site(sites.locate(site))
-    resolved = spec.resolve(job, site_profile, str(job_path), str(site))
+    resolved = spec.resolve(loaded, site_profile, where, str(site))
     if check:
-        check_job(resolved, str(job_path))
+        check_job(resolved, where)
     return resolved
+
+
+def with_dependency(resolved: spec.Resolved, job_ids: list[str], kind: AfterKind) -> spec.Resolved:
+    """The job made to wait for `job_ids` (`kind`), besides any `dependency` its spec sets (both must hold).
+    Rendered by the scheduler seam as the job's --dependency; a backend that cannot wait refuses it."""
+    if not job_ids:
+        return resolved
+    if kind not in AFTER_KINDS:
+        raise InputError(f"after: {kind!r} is not one of {', '.join(AFTER_KINDS)}")
+    bad = [job_id for job_id in job_ids if not job_id.isascii() or not job_id.isdigit()]
+    if bad:
+        raise InputError(
+            f"after: {', '.join(bad)} is not a Slurm job id (a job of the local backend cannot be waited for)"
+        )
+    wait = f"{kind}:{':'.join(dict.fromkeys(job_ids))}"
+    own = resolved.job.dependency
+    if own and "?" in own:  # Slurm takes `,` (all of) or `?` (any of) in one dependency, not both
+        raise InputError(f"after: the spec's dependency {own!r} is a choice (`?`); after= cannot add to it")
+    job = msgspec.structs.replace(resolved.job, dependency=f"{own},{wait}" if own else wait)
+    return msgspec.structs.replace(resolved, job=job)
 
 
 class Submitted(msgspec.Struct):
@@ -68,17 +113,20 @@ class Submitted(msgspec.Struct):
 
 
 def submit(
-    job_path: str | Path,
+    job: JobSource,
     site: str,
     overrides: list[str] | None = None,
     backend_name: str | None = None,
     index: Index | None = None,
     check: bool = True,
+    after: list[str] | None = None,
+    after_kind: AfterKind = "afterok",
 ) -> Submitted:
-    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses."""
+    """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
+    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies."""
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
-    resolved = load_and_resolve(job_path, site, overrides, check)
+    resolved = with_dependency(load_and_resolve(job, site, overrides, check), after or [], after_kind)
 
     def write(run: RunDir) -> BatchRequest:
         request = backend.prepare(resolved, run.root)
@@ -89,18 +137,19 @@ def submit(
         index,
         backend,
         resolved,
-        origin(job_path, site, overrides, backend),
+        origin(job, site, overrides, backend),
         write,
         lambda r: {"": backend.schedule(r)},
     )
 
 
-def origin(job_path: str | Path, site: str, overrides: list[str] | None, backend: Backend) -> SubmitInfo:
-    """submit.json: how the run was asked for, so that it can be asked for again."""
+def origin(job: JobSource, site: str, overrides: list[str] | None, backend: Backend) -> SubmitInfo:
+    """submit.json: how the run was asked for, so that it can be asked for again (a job built in Python:
+    its resolved spec.json beside it)."""
     from hpctrain.rundir import SubmitInfo
 
     return SubmitInfo(
-        job=str(Path(job_path).resolve()),
+        job=str(job_file(job).resolve()) if isinstance(job, str | Path) else source_name(job),
         site=site,
         overrides=overrides or [],
         backend=backend.name,

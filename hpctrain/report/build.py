@@ -12,7 +12,7 @@ from hpctrain.report import summary
 from hpctrain.report.parallel import Job, draw_all
 from hpctrain.report.series import RunSeries, read_run
 from hpctrain.report.summary import Page, Subject
-from hpctrain.rundir import RunDir
+from hpctrain.rundir import RunDir, goodput
 
 SUMMARY = "report.md"
 # Where a report goes unless told: this folder in the run directory.
@@ -25,6 +25,8 @@ class Written:
     summary: Path
     figures: list[Path] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    time_split: list[str] = field(default_factory=list)
+    """Where the run's time went, as plain-text lines (printed under the report's path)."""
 
 
 def matplotlib_missing() -> str | None:
@@ -112,16 +114,20 @@ def report_run(run: RunDir, subject: Subject, out: Path) -> Written:
     notes: list[str] = []
     figures = _draw(page, out, _run_figures(), series) if _can_draw(page, notes) else []
     result = run.read_result()  # the key numbers after the figures: a forked child need not wait for them
-    page.rows = summary.run_rows(series, result) + summary.ps_rows(result)
+    split = goodput.split(run, now=goodput.now_if_running(subject.ended))
+    page.rows = summary.run_rows(series, result) + summary.goodput_row(split) + summary.ps_rows(result)
     failures = run.read_failures()
     page.sections = [
+        ("Where the time went", summary.goodput_lines(split)),
         ("Timeline", summary.timeline(series)),
         ("Failures", summary.failure_lines(failures)),
     ]
     page.problems = series.problems.lines()
     if series.lines == 0:
         page.problems.insert(0, "metrics.jsonl has no lines yet (or is absent)")
-    return Written(summary.write(page, out / SUMMARY), figures, notes)
+    written = Written(summary.write(page, out / SUMMARY), figures, notes)
+    written.time_split = goodput.table(split) if split is not None else []
+    return written
 
 
 @dataclass

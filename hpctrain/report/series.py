@@ -141,7 +141,7 @@ def no_collection() -> Iterator[None]:
 
 def _read_metrics(run: RunDir, series: RunSeries) -> None:
     batch: list[bytes] = []
-    for raw in rundir.whole_lines(run.metrics):
+    for raw in rundir.whole_lines(run.metrics, below=run.top):
         if raw.strip():
             batch.append(raw)
             if len(batch) >= BATCH:
@@ -193,10 +193,12 @@ def decode_many(batch: list[bytes], where: str, problems: Problems) -> list[Metr
 
 def _read_workers(run: RunDir, series: RunSeries) -> None:
     folder = run.worker_metrics_dir
-    named = list(rundir.numbered(rundir.list_names(folder), rundir.WORKER_METRICS_FILE))[:MAX_WORKERS]
+    named = list(rundir.numbered(rundir.list_names(folder, run.top), rundir.WORKER_METRICS_FILE))[
+        :MAX_WORKERS
+    ]
     for worker, name in named:
         where = f"{rundir.WORKER_METRICS}/{name}"
-        raws = [raw for raw in rundir.whole_lines(folder / name) if raw.strip()]
+        raws = [raw for raw in rundir.whole_lines(folder / name, below=run.top) if raw.strip()]
         lines: list[TrainLine] = []
         for start in range(0, len(raws), BATCH):
             for line in decode_many(raws[start : start + BATCH], where, series.problems):
@@ -210,7 +212,7 @@ def _read_workers(run: RunDir, series: RunSeries) -> None:
 
 def _read_attempts(run: RunDir, series: RunSeries) -> None:
     where = rundir.ATTEMPTS
-    for raw in rundir.whole_lines(run.attempts, max_bytes=MAX_ATTEMPT_BYTES):
+    for raw in rundir.whole_lines(run.attempts, max_bytes=MAX_ATTEMPT_BYTES, below=run.top):
         if not raw.strip():
             continue
         if len(raw) > rundir.MAX_LINE_BYTES:

@@ -8,7 +8,10 @@ from pathlib import Path
 
 from hpctrain.report.series import RunSeries, finite
 from hpctrain.rundir import RESULT, EventLine, FailureReport, Result, Unreadable, replace_bytes
+from hpctrain.rundir.goodput import LABELS, PARTS, GoodputSplit, Parts
 
+# The split of the time by attempt lists this many attempts (the last ones).
+ATTEMPT_ROWS = 20
 # The timeline lists this many events (first and last halves); checkpoints are counted, not listed.
 TIMELINE = 40
 
@@ -175,6 +178,42 @@ def timeline(series: RunSeries) -> list[str]:
         more = f" ({'; '.join(details)})" if details else ""
         out.append(f"- {when}{step}: {md(event.event, 60)}{more}")
     return out
+
+
+def goodput_row(split: GoodputSplit | None) -> list[tuple[str, str]]:
+    """The key number: goodput, with the seconds it is made of."""
+    if split is None or split.wall_s <= 0:
+        return []
+    made_of = f"{split.training_s:.0f} s of training in {split.wall_s:.0f} s"
+    return [("goodput", f"{split.goodput:.3f} ({made_of})")]
+
+
+def goodput_lines(split: GoodputSplit | None) -> list[str]:
+    """Where the time went: each part's seconds and share of the wall time, then each attempt's."""
+    if split is None or split.wall_s <= 0:
+        return []
+
+    def cells(parts: Parts) -> str:
+        return " | ".join(f"{parts.seconds(part):.1f}" for part in PARTS)
+
+    lines = ["| part | seconds | share |", "|---|---:|---:|"]
+    for part in PARTS:
+        seconds = split.seconds(part)
+        lines.append(f"| {LABELS[part]} | {seconds:.1f} | {seconds / split.wall_s:.1%} |")
+    lines += [f"| wall time | {split.wall_s:.1f} | 100% |", ""]
+    lines.append(f"Goodput {split.goodput:.3f}; {split.rolled_back_steps} steps rolled back by restarts.")
+    if len(split.attempts) > 1:
+        shown = split.attempts[-ATTEMPT_ROWS:]
+        more = len(split.attempts) - len(shown)
+        lines += ["", "Each attempt's share, from the end of the one before (seconds):", ""]
+        lines += [
+            f"| attempt | ended | {' | '.join(LABELS[part] for part in PARTS)} |",
+            "|---|---|" + "---:|" * len(PARTS),
+        ]
+        lines += [f"| {a.attempt} | {md(a.outcome or 'running', 20)} | {cells(a)} |" for a in shown]
+        if more:
+            lines += ["", f"({more} earlier attempts not listed)"]
+    return lines
 
 
 def failure_lines(reports: list[FailureReport | Unreadable]) -> list[str]:

@@ -31,6 +31,10 @@ class Outcome(str, Enum):  # enum.StrEnum from Python 3.11 on; the package still
 
     COMPLETED = "completed"
     PREEMPTED = "preempted"
+    """Checkpointed at Slurm's preemption signal and requeued."""
+    GROW_BACK = "grow_back"
+    """A shrunk job checkpointed and requeued itself to run on every node again, once a lost node
+    answered: asked for by the watchdog, never counted as a restart."""
     HANG = "hang"
     RANK_FAILURE = "rank_failure"
     NODE_FAILURE = "node_failure"
@@ -63,7 +67,8 @@ def read_lines(run: RunDir) -> list[AttemptLine]:
     """The decodable lines of attempts.jsonl, oldest first (a torn or foreign line is skipped)."""
     where = str(run.attempts)
     found = [
-        decode(text.encode(), AttemptLine, where) for text in tail_lines(run.attempts, HISTORY_LINES, 1 << 20)
+        decode(text.encode(), AttemptLine, where)
+        for text in tail_lines(run.attempts, HISTORY_LINES, 1 << 20, below=run.top)
     ]
     return [line for line in found if not isinstance(line, Unreadable)]
 
@@ -288,7 +293,7 @@ def run_summary(run: RunDir) -> RestartSummary | None:
 
 
 def _job_part(run: RunDir) -> _JobPart:
-    spec = read_json(run.spec, _SpecPart, max_bytes=4 * MAX_JSON_BYTES)
+    spec = read_json(run.spec, _SpecPart, max_bytes=4 * MAX_JSON_BYTES, below=run.top)
     return spec.job if isinstance(spec, _SpecPart) else _JobPart()
 
 

@@ -166,21 +166,76 @@ def metric_line(kind: str, **fields: Any) -> MetricLine:
 
 
 # A run directory is written by jobs and read by the login-side verbs: a link planted in it
-# (`logs/batch.log -> /etc/shadow`) must not make hpctrain print what it points to.
+# (`logs/batch.log -> /etc/shadow`, or a folder `logs -> /etc`) must not make hpctrain print what it
+# points to. Readers given the run directory (`below`) open a file component by component from it and
+# follow no link on the way; the run directory itself may lie behind links (a home on another disk).
 NOT_FOLLOWED = "a symbolic link, not followed"
+_FOLDER = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW
+_FILE = os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW
 
 
-def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
-    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO,
-    never follows a symbolic link)."""
+def _link_reason(name: str, folder_fd: int | None, err: OSError) -> str:
+    """Why opening `name` failed: a link (named, when it is a folder on the way), or the error."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+        is_link = stat.S_ISLNK(os.stat(name, dir_fd=folder_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        is_link = err.errno == errno.ELOOP
+    if is_link:
+        return NOT_FOLLOWED
+    return err.strerror or type(err).__name__
+
+
+def _open_below(below: str, parts: tuple[str, ...], flags: int) -> int | str | None:
+    """`below`/`parts` opened with `flags`, each folder on the way opened without following a link."""
+    try:
+        folder = os.open(below, os.O_RDONLY | os.O_DIRECTORY)
     except FileNotFoundError:
         return None
     except OSError as err:
-        if err.errno == errno.ELOOP:
-            return NOT_FOLLOWED
         return err.strerror or type(err).__name__
+    try:
+        for depth, name in enumerate(parts):
+            last = depth == len(parts) - 1
+            try:
+                opened = os.open(name, flags if last else _FOLDER, dir_fd=folder)
+            except FileNotFoundError:
+                return None
+            except OSError as err:
+                why = _link_reason(name, folder, err)
+                if why == NOT_FOLLOWED and not last:
+                    return f"{'/'.join(parts[: depth + 1])}/ is {NOT_FOLLOWED}"
+                return why
+            os.close(folder)
+            folder = opened
+        opened, folder = folder, -1
+        return opened
+    finally:
+        if folder >= 0:
+            os.close(folder)
+
+
+def _open(path: Path | str, flags: int, below: Path | str | None) -> int | str | None:
+    """fd of `path`, None if absent, else why not. Below the run directory `below` no link is followed:
+    not the file (O_NOFOLLOW), nor any folder between it and `below`."""
+    if below is not None:
+        where = os.path.normpath(os.fspath(path))
+        top = os.path.normpath(os.fspath(below))
+        if os.path.dirname(where) != top and where.startswith(top + os.sep):
+            return _open_below(top, tuple(where[len(top) + 1 :].split(os.sep)), flags)
+    try:
+        return os.open(path, flags)
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        return _link_reason(os.fspath(path), None, err)
+
+
+def _open_regular(path: Path | str, below: Path | str | None = None) -> tuple[int, int] | str | None:
+    """(fd, size) of a regular file, None if absent, else why it cannot be read (never blocks on a FIFO,
+    never follows a symbolic link: see `_open`)."""
+    fd = _open(path, _FILE, below)
+    if fd is None or isinstance(fd, str):
+        return fd
     try:
         info = os.fstat(fd)
     except OSError as err:
@@ -192,9 +247,12 @@ def _open_regular(path: Path | str) -> tuple[int, int] | str | None:
     return fd, info.st_size
 
 
-def read_json(path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES) -> T | Unreadable | None:
-    """The file decoded as `shape`; None if absent; Unreadable if it is anything but that."""
-    opened = _open_regular(path)
+def read_json(
+    path: Path | str, shape: type[T], max_bytes: int = MAX_JSON_BYTES, below: Path | str | None = None
+) -> T | Unreadable | None:
+    """The file decoded as `shape`; None if absent; Unreadable if it is anything but that (`below`: the
+    run directory, see `_open`)."""
+    opened = _open_regular(path, below)
     if opened is None:
         return None
     if isinstance(opened, str):
@@ -260,8 +318,8 @@ def _head_window(fd: int, size: int, count: int, limit: int) -> list[bytes]:
     return data.split(b"\n")[:-1][:count]  # the last piece is cut (or empty)
 
 
-def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
-    opened = _open_regular(path)
+def _with_file(path: Path, read: Callable[[int, int], T], empty: T, below: Path | str | None) -> T:
+    opened = _open_regular(path, below)
     if opened is None or isinstance(opened, str):
         return empty
     fd, size = opened
@@ -273,10 +331,10 @@ def _with_file(path: Path, read: Callable[[int, int], T], empty: T) -> T:
         os.close(fd)
 
 
-def read_at(path: Path | str, offset: int, limit: int) -> bytes | None:
+def read_at(path: Path | str, offset: int, limit: int, below: Path | str | None = None) -> bytes | None:
     """Up to `limit` bytes of a regular file from `offset` (no link followed); None when it is absent
     or cannot be read."""
-    opened = _open_regular(path)
+    opened = _open_regular(path, below)
     if opened is None or isinstance(opened, str):
         return None
     fd, _ = opened
@@ -289,39 +347,45 @@ def read_at(path: Path | str, offset: int, limit: int) -> bytes | None:
 
 
 def leaves(root: Path | str, path: Path | str) -> str | None:
-    """Why reading `path` would not read a file of the run directory `root`: it is a symbolic link,
-    or a linked folder on its way leads out of `root`; None when it stays inside (or is absent)."""
-    path = Path(path)
-    if path.is_symlink():
-        return NOT_FOLLOWED
-    try:
-        where = path.resolve(strict=False)
-        inside = Path(root).resolve(strict=False)
-    except (OSError, RuntimeError):
-        return "a loop of symbolic links"
-    if where != inside and inside not in where.parents:
-        return f"leads out of the run directory (to {where})"
-    return None
+    """Why reading `path` would not read a file of the run directory `root`: it is a symbolic link, or
+    a folder between it and `root` is one, or it lies outside `root`; None when none of these holds."""
+    top = os.path.normpath(os.fspath(root))
+    if not os.path.normpath(os.fspath(path)).startswith(top + os.sep):
+        return f"lies outside the run directory {top}"
+    opened = _open(path, _FILE, root)
+    if isinstance(opened, int):
+        os.close(opened)
+        return None
+    return opened if opened is not None and NOT_FOLLOWED in opened else None
 
 
-def tail_bytes(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[bytes]:
+def tail_bytes(
+    path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False, below: Path | str | None = None
+) -> list[bytes]:
     """The last `count` lines within the last `limit` bytes, undecoded: bounded reads, whatever the
     file holds. With `whole_only`, a last line without its newline (a writer mid-append) is left out."""
     if count <= 0:
         return []
-    pieces = _with_file(path, lambda fd, size: _tail_window(fd, size, count, limit)[0], [])
+    pieces = _with_file(path, lambda fd, size: _tail_window(fd, size, count, limit)[0], [], below)
     if pieces and (pieces[-1] == b"" or whole_only):
         pieces = pieces[:-1]
     return pieces[-count:]
 
 
-def tail_lines(path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False) -> list[str]:
+def tail_lines(
+    path: Path, count: int, limit: int = TAIL_BYTES, whole_only: bool = False, below: Path | str | None = None
+) -> list[str]:
     """`tail_bytes` as text (bytes that are not UTF-8 replaced)."""
-    return [p.decode("utf-8", "replace") for p in tail_bytes(path, count, limit, whole_only)]
+    return [p.decode("utf-8", "replace") for p in tail_bytes(path, count, limit, whole_only, below)]
 
 
 def head_and_tail(
-    path: Path, head: int, tail: int, limit: int = TAIL_BYTES, head_limit: int = HEAD_BYTES
+    path: Path,
+    head: int,
+    tail: int,
+    limit: int = TAIL_BYTES,
+    head_limit: int = HEAD_BYTES,
+    below: Path | str | None = None,
 ) -> tuple[list[bytes], list[bytes]]:
     """The first `head` and the last `tail` whole lines of a file, none in both, from one open."""
 
@@ -337,7 +401,7 @@ def head_and_tail(
             last.pop(0)
         return first, last
 
-    return _with_file(path, read, ([], []))
+    return _with_file(path, read, ([], []), below)
 
 
 def decode_line(line: bytes, where: str) -> MetricLine | Unreadable:
@@ -349,9 +413,14 @@ def decode_line(line: bytes, where: str) -> MetricLine | Unreadable:
         return Unreadable(where, _one_line(err))
 
 
-def list_names(folder: Path) -> list[str]:
+def list_names(folder: Path | str, below: Path | str | None = None) -> list[str]:
+    """Up to MAX_LISTED names in `folder`, sorted; none when it cannot be listed, or (given the run
+    directory `below`) when it or a folder on its way is a symbolic link."""
+    fd = _open(folder, os.O_RDONLY | os.O_DIRECTORY | (os.O_NOFOLLOW if below is not None else 0), below)
+    if not isinstance(fd, int):
+        return []
     try:
-        with os.scandir(folder) as entries:
+        with os.scandir(fd) as entries:
             names = []
             for entry in entries:
                 names.append(entry.name)
@@ -360,6 +429,8 @@ def list_names(folder: Path) -> list[str]:
             return sorted(names)
     except OSError:
         return []
+    finally:
+        os.close(fd)
 
 
 def numbered(names: list[str], family: Numbered) -> Iterator[tuple[int, str]]:
@@ -374,12 +445,14 @@ READ_ALL_BYTES = 256 << 20
 READ_CHUNK = 4 << 20
 
 
-def whole_lines(path: Path | str, max_bytes: int = READ_ALL_BYTES) -> Iterator[bytes]:
+def whole_lines(
+    path: Path | str, max_bytes: int = READ_ALL_BYTES, below: Path | str | None = None
+) -> Iterator[bytes]:
     """Every whole line of a file, read in bounded chunks; of a file over `max_bytes`, the lines of
     its last `max_bytes`, as the file was when opened (a snapshot: what is appended meanwhile is not
     read). A last line without its newline (a writer mid-append) is left out. Like the other readers
     it never raises: a file that cannot be opened or read yields nothing (more)."""
-    opened = _open_regular(path)
+    opened = _open_regular(path, below)
     if opened is None or isinstance(opened, str):
         return
     fd, size = opened

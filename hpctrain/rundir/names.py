@@ -20,6 +20,8 @@ PIDS = "pids"
 EXIT_CODES = "exit-codes"
 PREEMPT_FLAG = "preempt.flag"
 REQUEUE_REQUEST = "requeue.request"
+GROW_BACK_REQUEST = "grow-back.request"
+"""The watchdog's: the checkpoint and requeue it asked for (through preempt.flag) are a grow-back."""
 CHECKPOINTS = "checkpoints"
 WORKER_METRICS = "metrics"
 HEARTBEATS = "heartbeats"
@@ -40,6 +42,9 @@ STANDBY_TAKEN_PREFIX = "taken-"
 SWEEP = "sweep.json"  # in a sweep's root: its trials and arrays
 TRIALS_FINAL = "trials-final.json"  # in a sweep's root: trials that cannot change any more
 STOPPED = "stopped.json"  # in a trial's array-N/: why early stopping ended it
+STUDY_JOURNAL = "study.journal"  # in an optuna sweep's root: the Optuna study (its journal storage)
+STUDY_SETTINGS = "study-settings.json"  # in an optuna sweep's root: its sweep section, for a resume
+STUDY_LOCK = "study.lock"  # in an optuna sweep's root: held by the one round loop that runs
 
 # The files of hpctrain's home ($HPCTRAIN_HOME), beside runs/: the index of every run (runs/index.py).
 INDEX_JOURNAL = "index.jsonl"
@@ -94,6 +99,10 @@ CHECKPOINT_TRAINER = "trainer.pt"  # in checkpoints/step-N/: the step and the lo
 CHECKPOINT_RNG = Numbered("rng-rank-", ".pt")  # in checkpoints/step-N/: one rank's RNG streams
 SERVER_SHARD = Numbered("server-", ".pt")  # in checkpoints/step-N/ of a parameter-server run
 CHUNK_SCRIPT = Numbered("job+", ".sbatch")  # in a sweep's root: the script of the array from trial N on
+# Memory checkpoints (runtime/memory_checkpoint.py) live outside the run directory, in node memory:
+# $HPCTRAIN_MEMORY_DIR (default /dev/shm)/hpctrain-memory-UID/RUN/NODE/step-N/copy-R.pt
+MEMORY_ROOT = Numbered("hpctrain-memory-")  # one per user, 0700
+MEMORY_COPY = Numbered("copy-", ".pt")  # in step-N/: rank R's state, its own or held for a peer node
 
 # Slurm filename patterns (--output): %t task rank, %n node name, %a array index.
 SLURM_RANK_LOG = RANK_LOG.name("%t")

@@ -93,10 +93,15 @@ class RunDir:
         over a thousand run directories then skips what is absent without trying to open it."""
         if self._names is not None:
             return self._names
-        names = frozenset(list_names(self.root))
+        names = frozenset(list_names(self.root, self.top))
         if self.snapshot:
             self._names = names
         return names
+
+    @property
+    def top(self) -> Path:
+        """The outermost run directory (an array element's array): its readers follow no link below it."""
+        return self.root if self.element_of is None else self.element_of.top
 
     def __repr__(self) -> str:
         return f"RunDir({str(self.root)!r})"
@@ -118,6 +123,7 @@ class RunDir:
     exit_codes = _File(file_names.EXIT_CODES)
     preempt_flag = _File(file_names.PREEMPT_FLAG)
     requeue_request = _File(file_names.REQUEUE_REQUEST)
+    grow_back_request = _File(file_names.GROW_BACK_REQUEST)
     checkpoints = _File(file_names.CHECKPOINTS)
     worker_metrics_dir = _File(file_names.WORKER_METRICS)
     heartbeats = _File(file_names.HEARTBEATS)
@@ -160,11 +166,11 @@ class RunDir:
         if self.element_of is not None:
             return [self.batch_log]
         element_log = file_names.ARRAY_BATCH_LOG
-        names = list_names(self.logs)
+        names = list_names(self.logs, self.top)
         return [self.logs / n for n in names if n == file_names.BATCH_LOG or element_log.key(n) is not None]
 
     def log_files(self) -> list[Path]:
-        return [self.logs / n for n in list_names(self.logs) if n.endswith(".log")]
+        return [self.logs / n for n in list_names(self.logs, self.top) if n.endswith(".log")]
 
     def chunk_script(self, offset: int) -> Path:
         """A sweep's batch script of the array whose first trial is `offset` (the first is job.sbatch)."""
@@ -209,41 +215,43 @@ class RunDir:
     def read_result(self) -> Result | Unreadable | None:
         if self._names is not None and file_names.RESULT not in self._names:
             return None
-        return read_json(self._file(file_names.RESULT), Result)
+        return read_json(self._file(file_names.RESULT), Result, below=self.top)
 
     def read_spec_summary(self) -> SpecSummary | Unreadable | None:
-        return read_json(self.spec, SpecSummary, max_bytes=4 * MAX_JSON_BYTES)
+        return read_json(self.spec, SpecSummary, max_bytes=4 * MAX_JSON_BYTES, below=self.top)
 
     def read_preflight(self) -> PreflightReport | Unreadable | None:
         # Every rank's facts: a few hundred bytes each, so a large job's report is megabytes.
-        return read_json(self.preflight_report, PreflightReport, max_bytes=16 * MAX_JSON_BYTES)
+        return read_json(
+            self.preflight_report, PreflightReport, max_bytes=16 * MAX_JSON_BYTES, below=self.top
+        )
 
     def read_record(self) -> Run | Unreadable | None:
-        return read_json(self.record, Run)
+        return read_json(self.record, Run, below=self.top)
 
     def read_submit_info(self) -> SubmitInfo | Unreadable | None:
-        return read_json(self.submit_info, SubmitInfo)
+        return read_json(self.submit_info, SubmitInfo, below=self.top)
 
     def read_failures(self, limit: int = 64) -> list[FailureReport | Unreadable]:
         """Up to `limit` failure reports (a thousand dead ranks tell no more than the first few)."""
         if file_names.FAILURES not in self.names:
             return []
         # Only rank-N.json: hang.json and the NCCL dumps live there too.
-        names = [n for _, n in numbered(list_names(self.failures), file_names.RANK_FAILURE)][:limit]
-        found = [read_json(self.failures / n, FailureReport) for n in names]
+        names = [n for _, n in numbered(list_names(self.failures, self.top), file_names.RANK_FAILURE)][:limit]
+        found = [read_json(self.failures / n, FailureReport, below=self.top) for n in names]
         return [f for f in found if f is not None]
 
     def read_heartbeats(self, limit: int = MAX_LISTED) -> list[Heartbeat | Unreadable]:
         beats = file_names.NODE_HEARTBEAT
-        names = [n for n in list_names(self.heartbeats) if beats.key(n) is not None][:limit]
-        found = [read_json(self.heartbeats / n, Heartbeat) for n in names]
+        names = [n for n in list_names(self.heartbeats, self.top) if beats.key(n) is not None][:limit]
+        found = [read_json(self.heartbeats / n, Heartbeat, below=self.top) for n in names]
         return [f for f in found if f is not None]
 
     def metric_lines(self, head: int = 64, tail: int = 40) -> tuple[list[bytes], list[bytes]]:
         """The first `head` and last `tail` whole lines of metrics.jsonl, undecoded, none in both."""
         if file_names.METRICS not in self.names:
             return [], []
-        return head_and_tail(self.metrics, head, tail)
+        return head_and_tail(self.metrics, head, tail, below=self.top)
 
     def read_metrics(self, head: int = 64, tail: int = 40) -> list[MetricLine | Unreadable]:
         """The first `head` and the last `tail` whole lines, decoded, in file order (blank ones skipped)."""
@@ -256,9 +264,10 @@ class RunDir:
         out: dict[int, TrainLine | Unreadable] = {}
         if file_names.WORKER_METRICS not in self.names:
             return out
-        for worker, name in numbered(list_names(self.worker_metrics_dir), file_names.WORKER_METRICS_FILE):
-            path = self.worker_metrics_dir / name
-            lines = tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True)
+        folder = self.worker_metrics_dir
+        for worker, name in numbered(list_names(folder, self.top), file_names.WORKER_METRICS_FILE):
+            path = folder / name
+            lines = tail_lines(path, 1, limit=MAX_LINE_BYTES, whole_only=True, below=self.top)
             latest = decode_line(lines[-1].encode(), str(path)) if lines else None
             if isinstance(latest, TrainLine | Unreadable):
                 out[worker] = latest
@@ -267,7 +276,7 @@ class RunDir:
     def read_exit_codes(self) -> list[ExitCode]:
         """Every well-formed `JOBID STATUS` line of exit-codes (others are skipped)."""
         out = []
-        for line in tail_lines(self.exit_codes, 64, limit=16 << 10):
+        for line in tail_lines(self.exit_codes, 64, limit=16 << 10, below=self.top):
             parts = line.split()
             if len(parts) == 2 and parts[1].lstrip("-").isdigit():
                 out.append(ExitCode(parts[0], parts[1]))

@@ -199,6 +199,9 @@ class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):
     """start: the nodes the step runs on."""
     world_size: int | None = None
     """start: ranks in the step."""
+    allocated: float | None = None
+    """start, the first attempt of an allocation: when the allocation began (the supervisor's first
+    call in it), seconds since the epoch."""
     outcome: str = ""
     """end: completed, preempted, hang, rank_failure, node_failure, preflight or failed."""
     reason: str = ""
@@ -209,6 +212,9 @@ class AttemptLine(msgspec.Struct, kw_only=True, omit_defaults=True):
     """end: the training step reached."""
     error: str = ""
     """End of a rank_failure: `Type: message` of the first rank that failed (a repeat is a bug)."""
+    fault_time: float | None = None
+    """end of a fault: when the fault happened, as its evidence dates it (the first failure report,
+    the hang's last advance, the first rank to fall silent), seconds since the epoch."""
 
 
 class RestartSummary(msgspec.Struct, kw_only=True):

@@ -2,8 +2,10 @@
 
 Two signs, both from the run directory alone:
 
-* ``failures/hang.json``: the watchdog's diagnosis -> "HUNG: rank 2 on node2 at step 130 (phase
-  backward), other ranks waiting in all-reduce; stacks: <run>/failures/stacks";
+* ``failures/hang.json``: the watchdog's diagnosis (hpctrain.supervisor.watchdog.summary) -> "HUNG:
+  rank 2 on node2 hung at step 130 (backward; not responding for 33 s), others waiting in the
+  gradient all-reduce; stacks: <run>/failures/stacks", or "... hung during start-up (...)" for a
+  rank that had not finished its first step;
 * for a RUNNING job, a node whose heartbeat file has not been rewritten for ~20 s ->
   "not progressing: no heartbeat from node2 for 35 s". The ranks' writer rewrites it every
   ``watchdog.heartbeat_interval``, so this shows within 30 s of a node loss, long before Slurm
@@ -55,7 +57,7 @@ def health(run_dir: Path | str, state: str, now: float | None = None) -> Health:
     run = RunDir(run_dir)
     now = time.time() if now is None else now
     result = Health()
-    report = read_json(run.hang_report, HangReport)
+    report = read_json(run.hang_report, HangReport, below=run.top)
     if isinstance(report, HangReport):
         result.hung = printable(report.summary)
         result.stacks = printable(report.stacks or str(run.stacks))

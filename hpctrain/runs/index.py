@@ -28,6 +28,9 @@ JOURNAL_LIMIT_BYTES = 1 << 20
 # A run recorded before its submission that has no job id this long after is taken to have never
 # reached the scheduler (when no job carries its id): sbatch gives up well before (HPCTRAIN_SLURM_TIMEOUT).
 SUBMIT_GRACE_S = 300.0
+# A run directory the index lacks that changed this long ago is no submit in progress (one records its
+# run once its files are written: a second for most, some seconds for the largest sweep).
+UNRECORDED_GRACE_S = 60.0
 
 History = list[tuple[JobState, float, str]]
 
@@ -235,6 +238,56 @@ class Index:
                     out.append(Adopted(run.run_id, None, "being submitted (no job carries its id yet)"))
         return out
 
+    def adopt_unindexed(
+        self,
+        run_ids: Iterable[str] | None = None,
+        recent: bool = False,
+        grace_s: float = UNRECORDED_GRACE_S,
+    ) -> list[Run]:
+        """Record the run directories the index lacks as runs that never submitted: a submit killed
+        (SIGKILL) between making the directory and recording the run. The run is recorded before the
+        scheduler is asked, so such a directory has no job. Only `run_ids`, else (`recent`) those made
+        within half of KEEP_RECENT_S, read against the journal alone (a run that young is never
+        archived, whatever a clock change does to the local time in its id), else every one under
+        runs/. One changed less than `grace_s` ago may be a submit in progress: left alone."""
+        wanted = None if run_ids is None else set(run_ids)
+        # Run ids start with their local date and time (new_run_dir): newer ones sort after.
+        since = time.localtime(time.time() - KEEP_RECENT_S / 2)
+        first = time.strftime("%Y%m%d-%H%M%S", since) if recent else ""
+        try:
+            with os.scandir(self.root / "runs") as entries:
+                found = {
+                    entry.name: Path(entry.path)
+                    for entry in entries
+                    if (entry.name in wanted if wanted is not None else entry.name >= first)
+                    and entry.is_dir(follow_symlinks=False)
+                }
+        except OSError:
+            return []
+        if not found:
+            return []
+        journal = self._journal()
+        if wanted is None and recent:
+            known = set(journal.runs)
+        else:
+            read = (
+                (lambda: self._read(self.archive_path))
+                if wanted is None
+                else (lambda: self._archive_matching(found))
+            )
+            known = {*journal.runs, *self._archived(journal.archived_changes, read)}
+        now = time.time()
+        orphans = []
+        for run_id in sorted(found.keys() - known):
+            with contextlib.suppress(OSError):
+                changed = found[run_id].stat().st_mtime
+                if changed < now - grace_s:
+                    orphans.append(unsubmitted(run_id, found[run_id], changed, now))
+        self._append([added(run) for run in orphans])
+        for run in orphans:
+            write_record(run)
+        return orphans
+
     def update_states(self, changes: Iterable[tuple[Run, JobState, str]]) -> None:
         """Record new states (run, state, reason) in one append; history keeps every change."""
         now = time.time()
@@ -298,7 +351,12 @@ class Index:
         journal = self._journal()
         candidates = self._archived(journal.archived_changes, lambda: self._archive_matching(keys))
         candidates.update(journal.runs)
-        return resolve(keys, list(candidates.values()))
+        found, missing = resolve(keys, list(candidates.values()))
+        # A run directory named exactly whose submit was killed before it was recorded.
+        orphans = {run.run_id: run for run in self.adopt_unindexed(missing)} if missing else {}
+        return found + [orphans[key] for key in missing if key in orphans], [
+            k for k in missing if k not in orphans
+        ]
 
     def history(self, run_id: str) -> History:
         """Every state of a run in the journal; an archived run keeps only its last."""
@@ -446,6 +504,30 @@ def _compacted_size(lock: int) -> int:
         return int(os.pread(lock, 32, 0) or b"0")
     except ValueError:
         return 0
+
+
+UNSUBMITTED = "its submit was killed before the run was recorded; nothing was submitted"
+
+
+def unsubmitted(run_id: str, run_dir: Path, changed: float, now: float) -> Run:
+    """The record of a run directory whose submit was killed before recording it (see adopt_unindexed)."""
+    from hpctrain.rundir import SubmitInfo, read_json
+
+    asked = read_json(RunDir(run_dir).submit_info, SubmitInfo, below=run_dir)
+    # The directory's name is DATE-TIME-NAME-RANDOM (new_run_dir).
+    name = run_id[len("YYYYMMDD-HHMMSS-") : -len("-123456")] or run_id
+    return Run(
+        run_id=run_id,
+        job_id=None,
+        name=name,
+        site=asked.site if isinstance(asked, SubmitInfo) else "?",
+        backend=asked.backend if isinstance(asked, SubmitInfo) else "?",
+        run_dir=run_dir,
+        submitted_at=changed,
+        state=JobState.SUBMIT_FAILED,
+        state_at=now,
+        reason=UNSUBMITTED,
+    )
 
 
 def write_record(run: Run) -> None:

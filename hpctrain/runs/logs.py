@@ -24,12 +24,12 @@ _RANK_TAG = re.compile(rb"\[rank (\d+)/\d+ ([^\]\s]+)\]")
 
 def rank_logs(root: RunDir) -> dict[int, Path]:
     """Every `logs/rank-N.log` of the run directory, by rank."""
-    return {rank: root.logs / name for rank, name in numbered(list_names(root.logs), RANK_LOG)}
+    return {rank: root.logs / name for rank, name in numbered(list_names(root.logs, root.top), RANK_LOG)}
 
 
-def node_of(path: Path) -> str | None:
+def node_of(path: Path, below: Path | None = None) -> str | None:
     """The node a rank's log says it ran on (its first runtime line), None before that line exists."""
-    head = read_at(path, 0, HEAD) or b""
+    head = read_at(path, 0, HEAD, below) or b""
     match = _RANK_TAG.search(head)
     return match.group(2).decode("utf-8", "replace") if match else None
 
@@ -58,7 +58,7 @@ class LogMerger:
             if rank in self.rejected or (self.ranks is not None and rank not in self.ranks):
                 continue
             if self.node is not None and rank not in self.offsets:
-                found = node_of(path)
+                found = node_of(path, self.root.top)
                 if found is None:
                     continue  # not known yet: asked again on the next read
                 if found != self.node:
@@ -94,7 +94,9 @@ class LogMerger:
 
     def _read_new(self, rank: int, path: Path) -> bytes:
         offset = self.offsets.get(rank, 0)
-        data = read_at(path, offset, CHUNK)  # never through a link planted in the run directory
+        data = read_at(
+            path, offset, CHUNK, self.root.top
+        )  # never through a link planted in the run directory
         if data is None:
             return b""
         self.offsets[rank] = offset + len(data)

@@ -258,4 +258,6 @@ def progress(run_dir: Path | RunDir) -> Progress:
 def failed_tasks(run_dir: Path | RunDir, max_tasks: int = MAX_RANGE) -> list[FailedTask]:
     """srun's own word on which tasks died, from the end of the batch log(s)."""
     run = run_dir if isinstance(run_dir, RunDir) else RunDir(run_dir)
-    return srun_task_errors((line for log in run.batch_logs() for line in tail_lines(log, 200)), max_tasks)
+    return srun_task_errors(
+        (line for log in run.batch_logs() for line in tail_lines(log, 200, below=run.top)), max_tasks
+    )

@@ -16,6 +16,7 @@ import msgspec
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RestartSummary, RunDir, tail_lines
 from hpctrain.rundir.attempts import run_summary
+from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
 from hpctrain.runs import health
 from hpctrain.runs.health import Health
 from hpctrain.runs.index import Index, Run
@@ -109,6 +110,9 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     cancelled_by: str = ""
     """Who cancelled it: `you` (through `hpctrain cancel`, or sacct's `CANCELLED by` your uid), another
     user's name, or empty when it was not cancelled or nobody is known."""
+    goodput: GoodputSplit | None = None
+    """Where the wall time went: scheduling, start-up, training, rollback, checkpoint blocking and
+    detection (`status --json` and the detail view; not the table of many runs)."""
 
 
 def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
@@ -122,9 +126,12 @@ def select(keys: list[str], everything: bool = False, index: Index | None = None
                 raise NotTracked(message)
             print(f"hpctrain: warning: {message}", file=sys.stderr)
         return runs
+    # Run directories whose submit was killed before recording them are shown as never submitted.
     if everything:
+        index.adopt_unindexed()
         return index.runs()
     # Without --all: runs still active or ended within a day, read from the journal alone.
+    index.adopt_unindexed(recent=True)
     return index.recent()
 
 
@@ -208,6 +215,8 @@ def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:
         # An array's own directory holds no training: its elements tell what failed.
         if not status.elements:
             status.failed_ranks = explain_failures(root, progress, status.restarts, tasks)
+    if not brief:
+        status.goodput = split(root, run.submitted_at, now_if_running(ended(run)))
     if not brief or failing or run.state == health.RUNNING:  # not a file read per ended run
         found = health.health(run.run_dir, run.state)
         status.health = found if msgspec.to_builtins(found) else None
@@ -245,7 +254,11 @@ def explain_failures(
         cause = report.error if report else task.error
         if hung and not report and task.error == "Killed":
             cause = HANG_KILLED
-        tail = tail_lines(root.rank_log(task.rank), LOG_TAIL_LINES) if task.rank.isdigit() else []
+        tail = (
+            tail_lines(root.rank_log(task.rank), LOG_TAIL_LINES, below=root.top)
+            if task.rank.isdigit()
+            else []
+        )
         named.append(FailedRank(task.rank, task.node, cause, tail))
     seen = {t.rank for t in tasks}
     only_reported = [

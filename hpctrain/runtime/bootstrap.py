@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
+from hpctrain.rundir.ports import job_ports
+
 KINDS = ("torchrun", "srun", "mpi", "single")
 _MPI_RANK_VARS = ("OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK", "MV2_COMM_WORLD_RANK")
 
@@ -65,10 +67,9 @@ def first_host(nodelist: str) -> str:
 
 
 def default_port(job_id: str) -> int:
-    """A port derived from the job id, so two jobs sharing a node do not collide (same rule as the
-    batch template; used only when MASTER_PORT is missing)."""
-    digits = re.sub(r"\D", "", job_id)
-    return 20000 + (int(digits) % 20000 if digits else 0)
+    """Training's port of attempt 0 when MASTER_PORT is missing: the batch script's rule
+    (hpctrain.rundir.ports), outside this node's ephemeral range."""
+    return job_ports(job_id)[0]
 
 
 def _int(env: Mapping[str, str], key: str, default: int | None = None) -> int:

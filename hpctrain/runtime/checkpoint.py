@@ -45,7 +45,7 @@ from torch.distributed.checkpoint import FileSystemWriter
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
 from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 
-from hpctrain.rundir import CHECKPOINT, CHECKPOINT_RNG, CHECKPOINT_TRAINER, FileSum, RunDir
+from hpctrain.rundir import CHECKPOINT, CHECKPOINT_RNG, CHECKPOINT_TRAINER, FileSum, RunDir, TrainLine
 from hpctrain.runtime.checkpoint_folder import (
     complete,
     discard,
@@ -53,10 +53,20 @@ from hpctrain.runtime.checkpoint_folder import (
     newest_good,
     owner,
     prune,
+    step_of,
     unsummed,
     write_manifest,
 )
-from hpctrain.runtime.staging import HostStaging, has_dtensor, on_cuda, shared_memory_fits
+from hpctrain.runtime.memory_checkpoint import MemoryCheckpoints, Plan
+from hpctrain.runtime.staging import (
+    HostStaging,
+    foreseen_specs,
+    has_dtensor,
+    leaves,
+    moments_per_parameter,
+    on_cuda,
+    shared_memory_fits,
+)
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +126,17 @@ class Checkpointer:
     else the thread (sharded DTensor state is written by the thread of each rank).
     """
 
-    def __init__(self, run_dir: Path, rank: int, keep: int, event: EventFn, writer: str = "auto") -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        rank: int,
+        keep: int,
+        event: EventFn,
+        writer: str = "auto",
+        memory: MemoryCheckpoints | None = None,
+    ) -> None:
         self.run = RunDir(run_dir)
+        self.memory = memory
         self.root = self.run.checkpoints
         self.rank = rank
         self.keep = keep
@@ -125,6 +144,7 @@ class Checkpointer:
         self.writer = writer
         self.staging: HostStaging | None = None
         self._group: Any = None
+        self._memory_group: Any = None
         self._fenced: set[int] = set()
         self._pending: Pending | None = None
         self._write_error: BaseException | None = None
@@ -225,7 +245,18 @@ class Checkpointer:
         background, so that the first save only copies (allocating and pinning 11 GB at the save
         blocked training for seconds). On a resume that step is the one ``set_state_dict`` takes to
         create the state it loads into, so the allocation overlaps the load. Purely local: no
-        collective, so ranks need not agree on when."""
+        collective, so ranks need not agree on when.
+
+        For an optimizer whose state is known (AdamW, SGD), the buffers are foreseen and their
+        allocation starts now, before the first step: a compiled first step (30 to 80 s on an
+        H200) hides it, where the steps after it (7 s to the first save at step 40) did not."""
+        if moments_per_parameter(optimizer) is not None:
+            model_state = model.state_dict()
+            specs = foreseen_specs(model_state, optimizer)
+            moments = [torch.empty(shape, dtype=dtype, device="meta") for shape, dtype in specs]
+            # The stager's choices (GPU, writer process, /dev/shm room) from the state to come.
+            foreseen = {"model": model_state, "optim": moments[len(list(leaves(model_state))) :]}
+            self._stager(foreseen, model).reserve_like(specs)
         handle: Any = None
 
         def after_step(*_: Any) -> None:
@@ -328,20 +359,38 @@ class Checkpointer:
         return newest_good(self.root, self.event)
 
     def load(self, model: nn.Module, optimizer: torch.optim.Optimizer) -> Restored | None:
-        """Load the newest good checkpoint into model and optimizer (and this rank's RNG).
+        """Load the newest state into model and optimizer (and this rank's RNG): the memory copy
+        (``memory_checkpoint.py``) when it is newer than the newest good checkpoint on disk, else that.
 
         Every attempt starts here, so this also arranges for the staging buffers to be allocated
         after the first step (:meth:`reserve_staging_after_next_step`).
         """
+        started = time.perf_counter()
         self.reserve_staging_after_next_step(model, optimizer)
         choice: list[str | None] = [None]
         if self.rank == 0:
             folder = self._choose()
             choice[0] = str(folder) if folder is not None else None
         dist.broadcast_object_list(choice, src=0)
-        if choice[0] is None:
+        disk = Path(choice[0]) if choice[0] is not None else None
+        plan = None
+        if self.memory is not None and self.memory.every:  # the spec's: the same on every rank
+            self._memory_group = dist.new_group(backend="gloo")  # CPU tensors, whatever the device
+            newer_than = step_of(disk.name) if disk is not None else None
+            plan = self.memory.plan(newer_than, dist.get_world_size(), self._memory_group)
+        if plan is not None:
+            restored = self._load_memory(plan, model, optimizer)
+        elif disk is not None:
+            restored = self._load_disk(disk, model, optimizer)
+        else:
             return None
-        path = Path(choice[0])
+        if self.memory is not None:
+            self.memory.drop_newer(restored.step)
+        if self.rank == 0:
+            self._report_restore(restored, plan, disk, time.perf_counter() - started)
+        return restored
+
+    def _load_disk(self, path: Path, model: nn.Module, optimizer: torch.optim.Optimizer) -> Restored:
         model_state, optim_state = get_state_dict(model, optimizer)
         state = {"model": model_state, "optim": optim_state}
         dcp.load(state, checkpoint_id=str(path))
@@ -353,3 +402,59 @@ class Checkpointer:
         else:  # saved with fewer ranks: data order is still exact, dropout streams are not
             log.warning("%s has no RNG state for rank %d; keeping the fresh seed", path.name, self.rank)
         return Restored(step=int(trainer["step"]), path=path, trainer=trainer)
+
+    def _load_memory(self, plan: Plan, model: nn.Module, optimizer: torch.optim.Optimizer) -> Restored:
+        assert self.memory is not None
+        state = self.memory.fetch(plan, self._memory_group)
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optim"])
+        if plan.origin[self.rank] == self.rank:  # another rank's RNG streams are not this rank's
+            set_rng_state(state["rng"])
+        trainer = state["trainer"]
+        return Restored(step=int(trainer["step"]), path=self.memory.folder or self.root, trainer=trainer)
+
+    def _report_restore(
+        self, restored: Restored, plan: Plan | None, disk: Path | None, load_s: float
+    ) -> None:
+        """Rank 0: the ``restored`` event: where the state came from and the steps the fault cost."""
+        reached = max(
+            (m.step for m in self.run.read_metrics(head=0) if isinstance(m, TrainLine)), default=None
+        )
+        source = "disk" if plan is None else "peer_memory" if any(plan.peer) else "memory"
+        self.event(
+            "restored",
+            step=restored.step,
+            source=source,
+            disk_step=step_of(disk.name) if disk is not None else None,
+            reached_step=reached,
+            rolled_back_steps=max(0, reached - restored.step) if reached is not None else None,
+            peer_copies=sum(plan.peer) if plan is not None else 0,
+            load_s=round(load_s, 4),
+        )
+
+    def save_memory(
+        self,
+        step: int,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        trainer: dict[str, Any],
+        step_s: float = 0.0,
+    ) -> float:
+        """Checkpoint ``step`` into node memory, replicated to the peer node; returns the seconds
+        training was blocked (the copy to host memory). Collective. `step_s`: the recent step time."""
+        assert self.memory is not None
+        model_state, optim_state = get_state_dict(model, optimizer)
+        state = {
+            "model": model_state,
+            "optim": optim_state,
+            "trainer": {"step": step, **trainer},
+            "rng": rng_state(),
+        }
+        return self.memory.save(step, state, self._memory_group, step_s)
+
+    def memory_due(self, step: int) -> bool:
+        return self.memory is not None and self.memory.due(step)
+
+    def forget_memory(self) -> None:
+        """Training completed: the memory copies are no longer needed."""
+        if self.memory is not None:
+            self.memory.forget()

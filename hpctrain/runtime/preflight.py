@@ -22,9 +22,11 @@ import argparse
 import glob
 import os
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
@@ -39,10 +41,10 @@ from hpctrain.rundir import (
     replace_bytes,
     write_json,
 )
+from hpctrain.rundir.ports import job_ports
 from hpctrain.runtime import bootstrap
 
 EXIT_BAD_NODES = 3
-PORT_OFFSET = 20000  # without HPCTRAIN_PREFLIGHT_PORT (set by the batch script): clear of MASTER_PORT
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
 # is tens of milliseconds, on GPU nodes (NCCL) a fraction of one.
 JITTER_S = {"gloo": 0.02, "nccl": 0.0005}
@@ -268,7 +270,8 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 
     env = dict(os.environ)
     info = bootstrap.discover(env)
-    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or info.master_port + PORT_OFFSET)
+    # Without HPCTRAIN_PREFLIGHT_PORT (set by the batch script): attempt 0's preflight port, same rule.
+    port = int(env.get("HPCTRAIN_PREFLIGHT_PORT") or job_ports(info.job_id)[1])
     info = bootstrap.DistInfo(**{**asdict(info), "master_port": port})
     started = time.perf_counter()
     facts = check_node(info, env)
@@ -370,6 +373,50 @@ def report_verdict(
     return bad
 
 
+def container_problems(env: dict[str, str]) -> list[str]:
+    """What keeps this container from running the job's ranks (the batch script's container check):
+    an hpctrain other than the host's (the run directory's files are a contract between the host's
+    supervisor and this runtime, version for version), or a run directory the container cannot write."""
+    problems = []
+    host_version = env.get("HPCTRAIN_VERSION", "")
+    if host_version and host_version != __version__:
+        problems.append(
+            f"the image has hpctrain {__version__}, the host {host_version}: install "
+            f"hpctrain=={host_version} in the image (scripts/build-image.sh), or mount the host's into it"
+        )
+    run_dir = env.get("HPCTRAIN_RUN_DIR", "")
+    if run_dir:
+        try:
+            with tempfile.TemporaryFile(dir=run_dir):
+                pass
+        except OSError as err:
+            problems.append(
+                f"the run directory {run_dir} is not writable in the container ({err.strerror}): "
+                "mount it at the same path"
+            )
+    return problems
+
+
+def check_container(env: dict[str, str]) -> int:
+    """One line for this node: what it runs, or why the ranks cannot run here; 1 on a problem."""
+    node = env.get("SLURMD_NODENAME") or socket.gethostname()
+    runtime = env.get("HPCTRAIN_CONTAINER", "none")
+    problems = container_problems(env)
+    try:
+        import torch
+
+        torch_version = torch.__version__
+    except ImportError as err:
+        problems.append(f"torch does not import: {err}")
+        torch_version = "none"
+    facts = f"hpctrain {__version__}, torch {torch_version}, Python {sys.version.split()[0]}"
+    if problems:
+        print(f"hpctrain container check: {node} ({runtime}): FAIL {'; '.join(problems)} [{facts}]")
+        return 1
+    print(f"hpctrain container check: {node} ({runtime}): PASS {facts}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m hpctrain.runtime.preflight", description=__doc__)
     parser.add_argument("--size-mb", type=float, default=1.0, help="All-reduce message size.")
@@ -381,7 +428,14 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="On success, train in this same process (python -m hpctrain.runtime): no second launch.",
     )
+    parser.add_argument(
+        "--container",
+        action="store_true",
+        help="Only check that this container can run the job's ranks (one task per node).",
+    )
     args = parser.parse_args(argv)
+    if args.container:
+        return check_container(dict(os.environ))
     run_dir = os.environ.get("HPCTRAIN_RUN_DIR")
     report = args.report or (RunDir(run_dir).preflight_report if run_dir else None)
     code = run(args.size_mb, args.iterations, args.tolerance, report)

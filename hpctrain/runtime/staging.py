@@ -1,11 +1,14 @@
 """Host staging of checkpoint state into buffers allocated once, before the first save, and reused.
 
 A checkpoint's state (model and optimizer tensors, on the GPU) is copied into host buffers that
-belong to the stager for the whole run: :meth:`HostStaging.reserve` allocates them in a background
-thread once the state's shapes are known (pinned, so the GPU copies at full PCIe speed, and in
-shared memory when a writer process reads them; pinning touches every page, which took seconds for
-11 GB when the first save did it), and every save copies into the same buffers. A save that comes
-while the reservation still runs waits for it; one after a failed reservation allocates itself.
+belong to the stager for the whole run, allocated in a background thread (pinned, so the GPU copies
+at full PCIe speed, and in shared memory when a writer process reads them; pinning touches every
+page, which took 5.6 to 9.6 s for 11 GB). :meth:`HostStaging.reserve_like` starts before the first
+step with the shapes the state will have (the weights, and the optimizer's per-parameter moments),
+so a compiled first step hides the allocation; :meth:`HostStaging.reserve` then maps the real
+state's tensors onto those buffers by shape and allocates only what was not foreseen. Every save
+copies into the same buffers. A save that comes while the reservation still runs waits for it; one
+after a failed reservation allocates itself.
 
 On a GPU the copies run on a side stream that first waits for the work already queued, so the
 host never waits for them: ``stage`` returns a future that a helper thread
@@ -112,13 +115,43 @@ class HostStaging:
         self._waiter = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-staging") if cuda else None
         self._mutable: set[int] = set()
         self._reservation: Future[dict[str, torch.Tensor]] | None = None
-        self.reserve_s: float | None = None  # seconds the background allocation took
+        self._foreseen: Future[dict[BufferSpec, list[torch.Tensor]]] | None = None
+        self._reserver: ThreadPoolExecutor | None = None
+        self._reserve_started: float | None = None
+        self.reserve_s: float | None = (
+            None  # seconds from the first background allocation to all buffers ready
+        )
+        self.foreseen_bytes = 0  # bytes allocated before the state existed and then used by it
+
+    def _background(self) -> ThreadPoolExecutor:
+        """One thread for every background allocation, so the real state's plan runs after the
+        foreseen buffers exist. One, not several: on an H200, four threads pinning at once slowed
+        the steps beside them by 0.7 s in all and one slowed them by nothing."""
+        if self._reserver is None:
+            self._reserver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-reserve")
+            self._reserve_started = time.perf_counter()
+        return self._reserver
+
+    def reserve_like(self, specs: Iterable[BufferSpec]) -> None:
+        """Before the state exists: allocate buffers of these shapes in the background, for
+        :meth:`reserve` to hand out by shape. Called before the first step (the step that creates
+        the optimizer's state), so the allocation runs beside it, not beside the steps after it."""
+        if self._foreseen is not None or self._reservation is not None or self.buffers:
+            return
+        wanted = list(specs)
+        if not wanted:
+            return
+        if self.shared:
+            raise_open_file_limit(len(wanted))
+        device = torch.cuda.current_device() if self.cuda else None
+        self._foreseen = self._background().submit(self._allocate_foreseen, wanted, device)
 
     def reserve(self, state: STATE) -> None:
         """Allocate (and pin) a buffer for every tensor of ``state`` in a background thread, once.
 
         Called once the optimizer state exists (after the first step, or while a resume loads):
-        training goes on while the buffers are allocated, and the first save finds them ready.
+        the buffers :meth:`reserve_like` foresaw are taken by shape, the rest allocated, and the
+        first save finds them ready.
         """
         if self._reservation is not None or self.buffers:
             return
@@ -126,23 +159,51 @@ class HostStaging:
         device = torch.cuda.current_device() if self.cuda else None
         if self.shared:
             raise_open_file_limit(len(plan))
-        reserver = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ckpt-reserve")
-        self._reservation = reserver.submit(self._allocate_all, plan, device)
-        reserver.shutdown(wait=False)  # its one task still runs; the thread ends with it
+        self._reservation = self._background().submit(self._allocate_all, plan, device)
+
+    def _allocate_foreseen(
+        self, wanted: list[BufferSpec], device: int | None
+    ) -> dict[BufferSpec, list[torch.Tensor]]:
+        _use_device(device)
+        pool: dict[BufferSpec, list[torch.Tensor]] = {}
+        for spec in wanted:
+            pool.setdefault(spec, []).append(self._allocate(*spec))
+        return pool
 
     def _allocate_all(self, plan: dict[str, BufferSpec], device: int | None) -> dict[str, torch.Tensor]:
-        """One thread, one buffer after another: on an H200, with four threads pinning at once the
-        steps beside them ran 0.7 s slower in all; with one they ran as fast as without any
-        allocation beside them, and the 11.3 GB of a 944M GPT took 5.6 s instead of 2.8 s."""
         _use_device(device)
-        started = time.perf_counter()
-        buffers = {path: self._allocate(*spec) for path, spec in plan.items()}
-        self.reserve_s = time.perf_counter() - started
+        pool = self._foreseen_pool()
+        buffers = {}
+        for path, spec in plan.items():
+            spare = pool.get(spec)
+            if spare:
+                buffers[path] = spare.pop()
+                self.foreseen_bytes += math.prod(spec[0]) * spec[1].itemsize
+            else:
+                buffers[path] = self._allocate(*spec)
+        for unused in (buffer for spare in pool.values() for buffer in spare):
+            self._release(unused)
+        assert self._reserve_started is not None
+        self.reserve_s = time.perf_counter() - self._reserve_started
         size = sum(b.numel() * b.element_size() for b in buffers.values())
         log.info(
-            "staging buffers of %.2f GB allocated in the background in %.2f s", size / 1e9, self.reserve_s
+            "staging buffers of %.2f GB allocated in the background in %.2f s"
+            " (%.2f GB before the first step)",
+            size / 1e9,
+            self.reserve_s,
+            self.foreseen_bytes / 1e9,
         )
         return buffers
+
+    def _foreseen_pool(self) -> dict[BufferSpec, list[torch.Tensor]]:
+        """The buffers allocated before the state existed; none if that allocation failed."""
+        if self._foreseen is None:
+            return {}
+        try:
+            return self._foreseen.result()
+        except Exception as error:  # the plan allocates what it needs; the save reports a failure again
+            log.warning("allocating the staging buffers before the first step failed (%s)", error)
+            return {}
 
     def _take_reservation(self) -> None:
         """The reserved buffers, waiting for them if the allocation still runs; after a failed
@@ -186,6 +247,8 @@ class HostStaging:
 
     def close(self) -> None:
         self._take_reservation()
+        if self._reserver is not None:
+            self._reserver.shutdown(wait=True)
         if self._waiter is not None:
             self._waiter.shutdown(wait=True)
 
@@ -257,6 +320,36 @@ class HostStaging:
                     f"cudaHostRegister of a {tuple(buffer.shape)} staging buffer failed ({code})"
                 )
         return buffer
+
+    def _release(self, buffer: torch.Tensor) -> None:
+        """A foreseen buffer the state did not need: unpin it before its memory goes."""
+        if self.shared and self.cuda and buffer.numel():
+            torch.cuda.cudart().cudaHostUnregister(buffer.data_ptr())
+
+
+def foreseen_specs(model_state: STATE, optimizer: torch.optim.Optimizer) -> list[BufferSpec]:
+    """The buffer shapes of a checkpoint before its optimizer state exists: every tensor of the
+    model's state, and per trainable parameter one like it for each moment the optimizer keeps
+    (the scalar step counters are too small to matter and are allocated with the state)."""
+    specs = [(tuple(t.shape), t.dtype) for _, t in leaves(model_state)]
+    moments = moments_per_parameter(optimizer) or 0
+    for group in optimizer.param_groups:
+        for parameter in group["params"]:
+            if parameter.requires_grad:
+                local = parameter.to_local() if isinstance(parameter, DTensor) else parameter
+                specs.extend([(tuple(local.shape), local.dtype)] * moments)
+    return specs
+
+
+def moments_per_parameter(optimizer: torch.optim.Optimizer) -> int | None:
+    """How many parameter-shaped tensors the optimizer keeps per parameter; None for an optimizer
+    whose state is not known here (its buffers are then all allocated after the first step)."""
+    settings = optimizer.defaults
+    if isinstance(optimizer, (torch.optim.Adam, torch.optim.AdamW)):
+        return 3 if settings.get("amsgrad") else 2
+    if isinstance(optimizer, torch.optim.SGD):
+        return 1 if settings.get("momentum") else 0
+    return None
 
 
 def _use_device(device: int | None) -> None:

@@ -25,6 +25,7 @@ from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
 from hpctrain.runtime import data, elastic, heartbeat, precision, signals, tensorboard_log, wandb_log
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
+from hpctrain.runtime.memory_checkpoint import MemoryCheckpoints
 from hpctrain.runtime.mesh import TaskMesh
 from hpctrain.runtime.metrics import Metrics, peak_flops, peak_mem_mb, write_result
 from hpctrain.runtime.parallel import build_strategy, layout_module
@@ -159,7 +160,20 @@ class Trainer:
             self.strategy.data_world,
             self.train.seed,
         )
-        self.checkpoints = Checkpointer(run_dir, self.rank, self.train.keep_checkpoints, self.metrics.event)
+        layout = layout_module(resolved)
+        memory = MemoryCheckpoints(
+            run_dir,
+            self.rank,
+            dist_info.hostname,
+            layout,
+            replicated=layout in ("single", "ddp"),
+            # DTensor state (fsdp, tp) and pipeline stages load from disk only
+            every=self.train.memory_checkpoint_every if layout in ("single", "ddp") else 0,
+            event=self.metrics.event,
+        )
+        self.checkpoints = Checkpointer(
+            run_dir, self.rank, self.train.keep_checkpoints, self.metrics.event, memory=memory
+        )
         self.preemption = signals.StopAgreement(run_dir, signalled, self.rank, self.strategy.device)
         self.rank_times = RankTimes(
             self.rank, dist_info.world_size, self.strategy.device, self.metrics.write, dist_info.hostname
@@ -292,16 +306,18 @@ class Trainer:
         self.last_eval = result
         return result
 
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "position": {"epoch": self.position.epoch, "offset": self.position.offset},
+            "scheduler": self.scheduler.state_dict(),
+        }
+
     def save(self, blocking: bool = True) -> None:
         if self.last_saved == self.step:
             self.checkpoints.wait()
             return
         heartbeat.mark("checkpoint")
-        trainer_state = {
-            "position": {"epoch": self.position.epoch, "offset": self.position.offset},
-            "scheduler": self.scheduler.state_dict(),
-        }
-        self.checkpoints.save(self.step, self.strategy.model, self.optimizer, trainer_state, blocking)
+        self.checkpoints.save(self.step, self.strategy.model, self.optimizer, self._trainer_state(), blocking)
         self.last_saved = self.step
 
     # -- the run ---------------------------------------------------------------------------------
@@ -338,6 +354,11 @@ class Trainer:
                 self.evaluate()
             if train.checkpoint_every and self.step % train.checkpoint_every == 0:
                 self.save(blocking=False)
+            elif self.checkpoints.memory_due(self.step):
+                heartbeat.mark("checkpoint")
+                step_s = statistics.median(self.step_times[-20:]) if self.step_times else 0.0
+                state = self._trainer_state()
+                self.checkpoints.save_memory(self.step, self.strategy.model, self.optimizer, state, step_s)
             heartbeat.mark("collective")
             stop = self.preemption.poll()
             # A step's time is the whole iteration: data, compute, logging, the preemption check.
@@ -351,6 +372,7 @@ class Trainer:
         evaluation = self.evaluate()
         self._export()
         self.checkpoints.wait()
+        self.checkpoints.forget_memory()
         self._finish(evaluation, sum(self.step_times), self.step - first_step)
         return "completed"
 

@@ -6,7 +6,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 import msgspec
 
@@ -92,6 +92,13 @@ class BatchRequest(msgspec.Struct, frozen=True):
     run_dir: Path
     batch: BatchOptions | None
     """The script's #SBATCH block as data, for backends that hand options to the scheduler."""
+
+
+AfterKind = Literal["afterok", "afterany", "afternotok"]
+"""When a job that waits for others (a Slurm dependency) may start: when they all completed (afterok),
+ended however (afterany) or failed (afternotok)."""
+AFTER_KINDS: tuple[AfterKind, ...] = ("afterok", "afterany", "afternotok")
+"""The values of AfterKind (`--after-kind` choices)."""
 
 
 # A job carries the id of its run in its comment, so that the run of a job whose submit was killed

@@ -140,8 +140,11 @@ def network_profile(facts: ClusterFacts, probe: list[str] | None) -> tuple[dict[
     return network, notes
 
 
-def build_site(name: str, facts: ClusterFacts, probe: list[str] | None) -> tuple[dict[str, Any], list[str]]:
-    """(site profile data, comment lines) from what the cluster says."""
+def build_site(
+    name: str, facts: ClusterFacts, probe: list[str] | None, runtimes: dict[str, str] | None = None
+) -> tuple[dict[str, Any], list[str]]:
+    """(site profile data, comment lines) from what the cluster says; `runtimes` are the container
+    runtimes found (hpctrain.site.containers.detect)."""
     gres_types = facts.config.get("GresTypes", "")
     gres_name = (
         "gpu" if "gpu" in gres_types or not gres_types or gres_types == "(null)" else gres_types.split(",")[0]
@@ -161,6 +164,9 @@ def build_site(name: str, facts: ClusterFacts, probe: list[str] | None) -> tuple
         "heterogeneous_jobs": True,
         "env": {"OMP_NUM_THREADS": 1},
     }
+    if runtimes:
+        data["container_runtimes"] = list(runtimes)
+        notes += [f"Container runtime {runtime}: {evidence}." for runtime, evidence in runtimes.items()]
     if facts.config.get("JobRequeue", "1") == "1":
         data["preemption"] = {"signal": "USR1", "lead_time": 60, "requeue": True}
     version = facts.config.get("SLURM_VERSION", "?")

@@ -25,6 +25,7 @@ from hpctrain.scheduler.slurm.facts import (
     slurm_time,
 )
 from hpctrain.spec import Site
+from hpctrain.spec.job import CONTAINER_RUNTIMES
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
@@ -115,6 +116,22 @@ def node_state(node: str, record: dict[str, str]) -> Finding:
     return Finding(node, "state", "FAIL" if bad else "PASS", f"{state} {record.get('Reason', '')}".strip())
 
 
+def container_findings(site: Site, found: dict[str, str]) -> list[Finding]:
+    """Each container runtime: found on the cluster (hpctrain.site.containers.detect) and listed in
+    the profile's container_runtimes, or not; a listed runtime the cluster lacks is a FAIL."""
+    findings = []
+    for runtime in CONTAINER_RUNTIMES:
+        listed = runtime in site.container_runtimes
+        if runtime in found:
+            status = "PASS" if listed else "WARN"
+            detail = found[runtime] + ("" if listed else "; add it to the profile's container_runtimes")
+        else:
+            status = "FAIL" if listed else "PASS"
+            detail = "listed in container_runtimes, not found" if listed else "not installed"
+        findings.append(Finding("cluster", f"container {runtime}", status, detail))
+    return findings
+
+
 def accounting_findings(facts: ClusterFacts) -> list[Finding]:
     problem = accounting_problem()
     found = [
@@ -158,13 +175,17 @@ def preflight_script(
         env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
     lines += ["set -euo pipefail", *site.setup]
     lines += [f"export {key}={shell_quote(value)}" for key, value in env.items()]
+    python = shell_quote(site.python or sys.executable)
     lines += [
         'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
         "export MASTER_ADDR",
-        "export MASTER_PORT=$((20000 + SLURM_JOB_ID % 20000))",
+        # The batch script's port rule (hpctrain.rundir.ports), read on this node.
+        "read -r MASTER_PORT HPCTRAIN_PREFLIGHT_PORT "
+        f'< <({python} -m hpctrain.rundir.ports "$SLURM_JOB_ID" 0)',
+        "export MASTER_PORT HPCTRAIN_PREFLIGHT_PORT",
         f"export HPCTRAIN_RUN_DIR={shell_quote(folder)}",
         f"srun --output={shell_quote(str(RunDir(folder).logs / SLURM_PREFLIGHT_LOG))} "
-        f"{shell_quote(site.python or sys.executable)} -m hpctrain.runtime.preflight --tolerance {tolerance}",
+        f"{python} -m hpctrain.runtime.preflight --tolerance {tolerance}",
     ]
     return "\n".join(lines) + "\n"
 

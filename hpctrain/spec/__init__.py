@@ -15,6 +15,7 @@ from hpctrain.spec.base import Base
 from hpctrain.spec.docs import FieldDoc, field_docs
 from hpctrain.spec.job import (
     SHORTHANDS,
+    Container,
     JobSpec,
     Parallel,
     ParameterServer,
@@ -42,6 +43,7 @@ __all__ = [
     "NAME",
     "SHORTHANDS",
     "Base",
+    "Container",
     "EarlyStop",
     "FieldDoc",
     "JobSpec",

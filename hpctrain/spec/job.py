@@ -26,7 +26,10 @@ from hpctrain.spec.base import (
 )
 from hpctrain.spec.layout import DIMS, Layout, check_request
 from hpctrain.spec.slurm_values import (
+    CONTAINER_IMAGE,
+    CONTAINER_PATH,
     ENTRYPOINT,
+    ENV_NAME,
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
@@ -265,6 +268,13 @@ class Train(Base):
     """Steps between checkpoints; 0 = end only."""
     keep_checkpoints: Count = 2
     """Checkpoints kept on disk."""
+    memory_checkpoint_every: Whole | None = None
+    """Steps between checkpoints into node memory (/dev/shm), each rank's copy also held by a rank on
+    another node; a restart after a crashed rank or a lost node loads the newest one when it is newer than
+    the newest disk checkpoint. Training waits only for the copy to host memory. Unset: as often as keeps
+    that wait under 1% of training time (timed at the first two); 0 = off. DDP and single-process layouts
+    (fsdp, tp and pp restart from disk).
+    """
     timeout_s: Annotated[int, Meta(ge=10)] = 120
     """Collective timeout: a dead peer ends the job after this long."""
     export_final: bool = False
@@ -359,6 +369,92 @@ class Watchdog(Base):
         return max(3 * self.heartbeat_interval, self.heartbeat_interval + NODE_SILENT_MIN_S)
 
 
+ContainerRuntime = Literal["pyxis", "oci", "apptainer", "none"]
+CONTAINER_RUNTIMES: tuple[ContainerRuntime, ...] = ("pyxis", "oci", "apptainer")
+"""The runtimes a site profile can list (`none` needs nothing)."""
+_MOUNT = re.compile(r"\A(/[A-Za-z0-9_./+@=~\-]*)(?::(/[A-Za-z0-9_./+@=~\-]*))?(?::(ro|rw))?\Z")
+# A local squashfs file that pyxis would read as a registry name unless it starts with / or ./.
+_SQUASHFS_SUFFIXES = (".sqsh", ".squashfs", ".sqfs")
+
+
+class Mount(msgspec.Struct, frozen=True):
+    """One bind mount, as `container.mounts` writes it: HOST[:CONTAINER][:ro|rw]."""
+
+    source: str
+    target: str
+    readonly: bool
+
+    @classmethod
+    def parse(cls, text: str) -> "Mount":
+        found = _MOUNT.match(text)
+        if found is None:
+            raise ValueError(
+                f"{text!r} is not HOST[:CONTAINER][:ro|rw] with absolute paths of letters, digits and "
+                "_./+@=~-"
+            )
+        source, target, mode = found.groups()
+        return cls(source, target or source, mode == "ro")
+
+
+class Container(Base):
+    """Run the ranks inside a container; the batch script, supervisor, watchdog and requeue stay on the
+    host (docs/containers.md)."""
+
+    runtime: ContainerRuntime = "none"
+    """pyxis: srun --container-image (pyxis/enroot); oci: srun --container with an OCI bundle (Slurm's
+    oci.conf); apptainer: apptainer exec inside each task (untested on a real Apptainer); none: no
+    container. The site profile's `container_runtimes` must list it."""
+    image: Annotated[str, Meta(pattern=CONTAINER_IMAGE)] | None = None
+    """pyxis: a registry image (nvcr.io#nvidia/pytorch:24.05-py3) or an absolute .sqsh path; oci: the
+    absolute path of the bundle folder on every node; apptainer: a .sif path or docker://... reference.
+    The image must hold Python, torch and hpctrain at the submitting version (preflight checks)."""
+    mounts: list[str] = []
+    """Bind mounts HOST[:CONTAINER][:ro|rw] (pyxis, apptainer); the run directory is always mounted at its
+    own path. oci: mounts come from the bundle's config.json."""
+    workdir: Annotated[str, Meta(pattern=CONTAINER_PATH)] | None = None
+    """Working directory of the ranks inside the container (pyxis, apptainer); default: the runtime's."""
+    env: list[Annotated[str, Meta(pattern=ENV_NAME)]] = []
+    """Host variables whose values replace the image's own (pyxis --container-env, apptainer's
+    APPTAINERENV_); every other variable of the job reaches the ranks as the runtime passes it."""
+    writable: bool = False
+    """Let the ranks write into the container's file system (pyxis --container-writable, apptainer
+    --writable-tmpfs); writes are lost when the step ends. oci: set root.readonly in the bundle."""
+    python: Annotated[str, Meta(pattern=CONTAINER_IMAGE)] = "python3"
+    """The interpreter inside the container that runs the ranks."""
+
+    def __post_init__(self) -> None:
+        for text in self.mounts:
+            check("mounts", Mount.parse, text)
+        if self.runtime == "none":
+            if self.image is not None:
+                raise ValueError("image: set, but runtime is none; name the runtime (pyxis, oci, apptainer)")
+            return
+        if self.image is None:
+            raise ValueError(f"image: the {self.runtime} runtime needs an image")
+        local = self.image.endswith(_SQUASHFS_SUFFIXES) or self.image.endswith(".sif")
+        if (self.runtime == "oci" or local) and not self.image.startswith("/"):
+            # pyxis takes `x.sqsh` for a registry image (pyxis#127); srun --container needs a path.
+            raise ValueError(f"image: {self.image!r} must be an absolute path on the nodes")
+        if self.runtime == "oci":
+            for field, value in (
+                ("mounts", self.mounts),
+                ("workdir", self.workdir),
+                ("writable", self.writable),
+            ):
+                if value:
+                    raise ValueError(
+                        f"{field}: Slurm's OCI support takes it from the bundle's config.json, not from srun"
+                    )
+
+    @property
+    def enabled(self) -> bool:
+        return self.runtime != "none"
+
+    @property
+    def bind_mounts(self) -> list[Mount]:
+        return [Mount.parse(text) for text in self.mounts]
+
+
 class JobSpec(Base):
     name: Annotated[str, Meta(pattern=NAME)]
     """Job name (letters, digits, . _ -)."""
@@ -406,6 +502,8 @@ class JobSpec(Base):
     """
     sweep: Sweep | None = None
     """Hyper-parameter sweep; submit with `hpctrain sweep`."""
+    container: Container = Container()
+    """Run the ranks in a container (pyxis/enroot, Slurm's OCI support, Apptainer): docs/containers.md."""
 
     def __post_init__(self) -> None:
         check_env("env", self.env)

@@ -161,6 +161,12 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
             f"{job_origin}: resources.mem: {res.mem} per node asked, {where} has {part.mem_per_node}"
         )
     _check_nodes_and_gpus(res, part, where, job_origin)
+    runtime = job.container.runtime
+    if runtime != "none" and runtime not in site.container_runtimes:
+        raise SpecError(
+            f"{job_origin}: container.runtime: site {site.name} has no {runtime} "
+            f"(its container_runtimes: {', '.join(site.container_runtimes) or 'none'}; see hpctrain doctor)"
+        )
     if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (job.launcher == "srun"):
         raise SpecError(
             f"{job_origin}: resources.tasks_per_node: the srun launcher runs one task per GPU "

@@ -18,7 +18,7 @@ from hpctrain.spec.base import (
     SlurmWord,
     Whole,
 )
-from hpctrain.spec.job import Preemption
+from hpctrain.spec.job import ContainerRuntime, Preemption
 from hpctrain.spec.slurm_values import NAME, SLURM_WORD, check_env, settle, spec_memory, spec_time
 
 # ----------------------------------------------------------------------------------------------
@@ -91,6 +91,9 @@ class Site(Base):
     """Slurm hetjobs allowed here."""
     preemption: Preemption | None = None
     """Site default for the preemption signal."""
+    container_runtimes: list[ContainerRuntime] = []
+    """Container runtimes the cluster has (pyxis, oci, apptainer); `hpctrain init-site` and `doctor` detect
+    them. A job's container.runtime must be one of them."""
     share_with_group: Annotated[str, Meta(pattern=NAME)] | None = None
     """Unix group that may read this site's run directories (dirs 2750, files 0640, given to the group);
     default: none, every run directory is private to you (dirs 0700, files 0600). See docs/security.md."""

@@ -23,6 +23,11 @@ ENV_NAME = r"\A[A-Za-z_][A-Za-z0-9_]*\Z"
 LINE = r"\A[^\x00-\x1f\x7f]*\Z"
 SHELL_LINE = r"\A[^\x00-\x08\x0a-\x1f\x7f]*\Z"
 ENTRYPOINT = r"\A[A-Za-z_][A-Za-z0-9_.]*:[A-Za-z_][A-Za-z0-9_]*\Z"
+# A container image: a path, or a registry reference (nvcr.io#nvidia/pytorch:24.05-py3, docker://...,
+# name@sha256:...). Not starting with `-` (srun would read an option); no comma (pyxis splits on it).
+CONTAINER_IMAGE = r"\A[A-Za-z0-9_./:#@+=~][A-Za-z0-9_./:#@+=~\-]{0,499}\Z"
+# An absolute path that srun's container options can carry: pyxis splits mounts on `,` and `:`.
+CONTAINER_PATH = r"\A/[A-Za-z0-9_./+@=~\-]{0,499}\Z"
 
 # How refusals describe each pattern, instead of printing the regex.
 PATTERN_WORDS = {
@@ -32,6 +37,8 @@ PATTERN_WORDS = {
     LINE: "one line of text (no control characters)",
     SHELL_LINE: "one line of text (no control characters but tab)",
     ENTRYPOINT: "MODULE:FUNCTION",
+    CONTAINER_IMAGE: "a path or registry reference of letters, digits and _./:#@+=~- (not starting with -)",
+    CONTAINER_PATH: "an absolute path of letters, digits and _./+@=~-",
 }
 
 SlurmWord = Annotated[str, Meta(pattern=SLURM_WORD)]

@@ -1,6 +1,7 @@
-"""The sweep section of a job spec (``sweep:``): the grid, the draw, the metric, early stopping.
+"""The sweep section of a job spec (``sweep:``): the search space, the sampler, the metric, early stopping.
 
-``hpctrain sweep`` reads it (``hpctrain/sweep/plan.py``); a plain submit ignores it.
+``hpctrain sweep`` reads it (``hpctrain/sweep/plan.py``; the Optuna rounds in ``hpctrain/sweep/study.py``);
+a plain submit ignores it.
 """
 
 from typing import Annotated, Literal
@@ -12,6 +13,8 @@ from hpctrain.spec.base import Base, Count, EnvValue
 MAX_TRIALS = 10_000
 """The default of sweep.max_trials: a typo in a grid must not write a million trial folders."""
 
+SAMPLERS = ("grid", "random", "optuna")
+
 
 class EarlyStop(Base):
     """Successive halving: at steps M, 2M, 4M... a trial in the worst half of its peers is ended."""
@@ -22,15 +25,45 @@ class EarlyStop(Base):
     """Trials that must have reached a step before any is ended there."""
 
 
-class Sweep(Base):
-    """A hyper-parameter sweep: one trial per combination, all submitted as one Slurm job array."""
+class Range(Base):
+    """A range of numbers to sample from (samplers random and optuna): integers when low and high are
+    both integers, else floats."""
 
-    grid: dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], list[EnvValue]] = {}
-    """Swept fields and their values, e.g. {train.lr: [0.001, 0.003]}; the product."""
+    low: int | float
+    """The smallest value, included."""
+    high: int | float
+    """The largest value, included."""
+    log: bool = False
+    """Sample evenly on a log scale (learning rates, weight decays); low must then be above 0."""
+    step: int | float | None = None
+    """Only values low + k*step; unset = any value (any integer for an integer range)."""
+
+
+Dimension = list[EnvValue] | Range
+"""One swept field: a list of values (the grid's choices, categorical to a sampler) or a Range."""
+
+
+class Sweep(Base):
+    """A hyper-parameter sweep: trials of one job with swept fields set, submitted as Slurm job arrays."""
+
+    grid: dict[Annotated[str, Meta(pattern=r"\A[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")], Dimension] = {}
+    """The search space: swept fields and their values, e.g. {train.lr: [0.001, 0.003]} (the grid
+    sampler runs their product), or ranges for the samplers random and optuna, e.g.
+    {train.lr: {low: 0.0001, high: 0.1, log: true}, train.batch_size: {low: 16, high: 128}}."""
+    sampler: Literal["grid", "random", "optuna"] = "grid"
+    """How trials are chosen. grid: every combination of the lists (or `random` of them), one array.
+    random: `budget` points drawn from the space by `seed`, one array. optuna: rounds of `round_size`
+    trials that an Optuna study (TPE) proposes from the results so far, one array per round; needs
+    the `sweep` extra (pip install 'hpctrain[sweep]')."""
+    budget: Count | None = None
+    """How many trials the samplers random and optuna run (required for them)."""
+    round_size: Count = 4
+    """optuna: trials asked from the study, and submitted as one array, per round."""
     random: Count | None = None
-    """Run this many distinct combinations drawn from the grid, not all of them."""
+    """grid: run this many distinct combinations drawn from the grid, not all of them."""
     seed: int = 0
-    """Seed of the random draw: the same seed, the same trials."""
+    """Seed of the draw (grid with `random`, random) or of the study's sampler: the same seed, the same
+    trials (for optuna, given the same results)."""
     max_parallel: Count | None = None
     """Trials running at once (the array's %K); unset = no limit."""
     metric: Annotated[str, Meta(pattern=r"\A[a-z_]+\Z")] = "eval_loss"
@@ -38,6 +71,8 @@ class Sweep(Base):
     mode: Literal["min", "max"] = "min"
     """Whether a lower or a higher metric is better."""
     early_stop: EarlyStop | None = None
-    """End trials that fall behind (successive halving); unset = never."""
+    """End trials that fall behind (successive halving); unset = never. With optuna the study's median
+    pruner judges instead: from step after_steps, once min_trials trials have finished, a trial whose
+    eval metric is worse than their median at the same step is cancelled (its stopped.json says why)."""
     max_trials: Count = MAX_TRIALS
     """A sweep of more trials is refused before anything is written: raise it knowingly."""

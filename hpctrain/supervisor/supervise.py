@@ -6,7 +6,7 @@
     ACTION CODE ATTEMPT NNODES NODES EXCLUDE PORT PREFLIGHT_PORT
 
 ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES, rendezvous on PORT
-and preflight's on PREFLIGHT_PORT: see ``supervisor/ports.py``), ``requeue`` (requeuehold the job
+and preflight's on PREFLIGHT_PORT: see ``rundir/ports.py``), ``requeue`` (requeuehold the job
 with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists print as ``-``. Every
 attempt gets an ``AttemptLine`` start before its step and an end after it in attempts.jsonl; an
 attempt that started and never ended lost its allocation (Slurm requeued the job after its batch
@@ -30,6 +30,7 @@ from hpctrain.rundir import (
     AttemptLine,
     FailureReport,
     HangReport,
+    Heartbeat,
     PreflightReport,
     Result,
     RunDir,
@@ -49,6 +50,7 @@ from hpctrain.rundir.attempts import (
     summary_line,
     where_in_training,
 )
+from hpctrain.rundir.ports import job_ports
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
@@ -61,8 +63,9 @@ from hpctrain.scheduler.slurm.nodes import (
 )
 from hpctrain.spec.job import Restart
 from hpctrain.supervisor.components import Components
-from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
 
+# When this process started: `begin` runs first thing in an allocation, so this dates the allocation.
+ALLOCATED = round(time.time(), 3)
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
 # srun's words for a task that a signal from outside ended (kill -9, the OOM killer, a crash in C).
@@ -94,6 +97,8 @@ class StepEnd:
     status: int
     completed: bool = False
     requeue_requested: bool = False
+    grow_back: bool = False
+    """The requeue was the watchdog's, to grow a shrunk job back onto every node."""
     preflight_bad: list[str] = field(default_factory=list)
     preflight_requeue: bool = False
     preflight_reason: str = ""
@@ -154,6 +159,8 @@ def classify(
         return end_line(attempt, outcome, reason, **fields)
 
     step = end.latest_step
+    if end.requeue_requested and end.grow_back:
+        return ended(Outcome.GROW_BACK, "checkpointed and requeued to grow back onto every node", step=step)
     if end.requeue_requested:
         return ended(Outcome.PREEMPTED, "checkpointed at the preemption signal", step=step)
     if end.status == 0:
@@ -228,7 +235,7 @@ def decide(
     returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
     excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
-    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.PREFLIGHT):
+    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.GROW_BACK, Outcome.PREFLIGHT):
         return Decision("requeue", 0, exclude=tuple(excluded))
     if len(usable) >= planned:
         return Decision("launch", nodes=tuple(usable[:planned]))
@@ -346,6 +353,7 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
         status=status,
         completed=isinstance(result, Result) and result.status == "completed" and result.step >= result.steps,
         requeue_requested=run.requeue_request.exists(),
+        grow_back=written_during(run.grow_back_request, start),
         latest_step=latest_step(run),
     )
     if status == 0 or end.requeue_requested:
@@ -365,6 +373,22 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
     end.killed = [t for t in attempt_task_errors(run, start.attempt) if t.error in KILLED_FROM_OUTSIDE]
     end.lost_nodes = lost_nodes(start.nodes, allocation)
     return end
+
+
+def fault_time(run: RunDir, start: AttemptLine, end: StepEnd | None = None) -> float | None:
+    """When the attempt's fault happened, as its evidence dates it: the hung ranks' last advance,
+    the first failure report, else the first rank of the attempt to fall silent in the heartbeats
+    (its background thread stops ticking when the process dies or stops). None without evidence."""
+    found: list[float] = []
+    if end is not None and end.hang is not None:
+        found += [end.hang.time - (rank.idle_s or 0.0) for rank in end.hang.hung]
+    if end is not None and end.failures:
+        found += [f.time for f in end.failures if f.time is not None]
+    if not found:
+        beats = [b for b in run.read_heartbeats() if isinstance(b, Heartbeat) and b.attempt == start.attempt]
+        found += [min(rank.time for rank in beat.ranks.values()) for beat in beats if beat.ranks]
+    after_start = [when for when in found if when >= start.time - CLOCK_SLACK_S]
+    return round(min(after_start), 3) if after_start else None
 
 
 def set_aside_failures(run: RunDir, attempt: int) -> None:
@@ -421,8 +445,11 @@ class Job:
         ref = os.environ.get("HPCTRAIN_JOB_REF") or os.environ.get("SLURM_JOB_ID", "")
         return cls(run, ref, job.restart, job.resources.nodes, tasks, Components.of(resolved))
 
-    def act(self, history: History, last: AttemptLine | None, status: int = 1) -> str:
-        """Decide, record the next start when launching, and return the batch script's line."""
+    def act(
+        self, history: History, last: AttemptLine | None, status: int = 1, allocated: float | None = None
+    ) -> str:
+        """Decide, record the next start when launching (with `allocated`, when the allocation
+        began, on its first), and return the batch script's line."""
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
@@ -435,7 +462,9 @@ class Job:
             set_aside_failures(self.run, last.attempt)
         attempt = history.next_attempt()
         if decision.action == "launch":
-            history.append(self.run, start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node))
+            start = start_line(attempt, self.job_ref, decision.nodes, self.tasks_per_node)
+            start.allocated = allocated
+            history.append(self.run, start)
         if history.restarts() or (decision.action == "launch" and len(decision.nodes) < self.planned):
             # The very line `hpctrain status` shows (attempts.summary_line): the two never disagree.
             summary = summarize(history, policy_of(self.policy), self.planned)
@@ -444,8 +473,7 @@ class Job:
 
     def ports(self, attempt: int) -> tuple[int, int]:
         """This attempt's rendezvous ports, outside this (the batch) node's ephemeral range."""
-        digits = "".join(ch for ch in os.environ.get("SLURM_JOB_ID", "") or self.job_ref if ch.isdigit())
-        return rendezvous_ports(int(digits or 0), attempt, ephemeral_range())
+        return job_ports(os.environ.get("SLURM_JOB_ID", "") or self.job_ref, attempt)
 
     def begin(self) -> str:
         """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
@@ -457,8 +485,14 @@ class Job:
             reason = "allocation lost, Slurm requeued the job"
             reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
             last = end_line(lost, Outcome.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run))
+            last.fault_time = fault_time(self.run, lost, StepEnd(status=1, failures=self._reports(lost)))
             history.append(self.run, last)
-        return self.act(history, last)
+        return self.act(history, last, allocated=ALLOCATED)
+
+    def _reports(self, start: AttemptLine) -> list[FailureReport]:
+        """The failure reports the ranks of `start` wrote (the survivors of a lost node)."""
+        reports = [f for f in self.run.read_failures() if isinstance(f, FailureReport)]
+        return [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
 
     def end(self, status: int) -> str:
         history = History.read(self.run)
@@ -467,7 +501,10 @@ class Job:
             decision = Decision("done" if status == 0 else "fail", status)
             return decision.line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
-        line = classify(read_step_end(self.run, status, start, allocation), start, history, self.components)
+        step_end = read_step_end(self.run, status, start, allocation)
+        line = classify(step_end, start, history, self.components)
+        if line.outcome in FAULTS:
+            line.fault_time = fault_time(self.run, start, step_end)
         history.append(self.run, line)
         return self.act(history, line, status)
 

@@ -375,6 +375,7 @@ def grow_back(ctx: Context) -> bool:
     if not back:
         return False
     say(f"{', '.join(back)} answer(s) again: checkpointing and requeueing to grow back onto every node")
+    ctx.run.grow_back_request.touch()  # first: the attempt's end is recorded as a grow-back, not a preemption
     ctx.run.preempt_flag.touch()
     return True
 

@@ -18,11 +18,6 @@ def grid_size(grid: dict[str, list[Value]]) -> int:
     return math.prod(len(values) for values in grid.values())
 
 
-def trial_count(grid: dict[str, list[Value]], draw: int | None = None) -> int:
-    """How many trials `expand` would make, without making them: the product, or the draw."""
-    return grid_size(grid) if draw is None else draw
-
-
 def combination(grid: dict[str, list[Value]], number: int) -> dict[str, Value]:
     """The `number`-th point of the grid's product, the last key varying fastest (as itertools.product)."""
     picked: dict[str, Value] = {}

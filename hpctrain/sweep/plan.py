@@ -13,16 +13,19 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
+from hpctrain.rundir.structs import SweepValue as Value
 from hpctrain.runs.index import MIN_PREFIX, Index, check_key
-from hpctrain.sweep.grid import describe, expand, parse_grid_options, trial_count
+from hpctrain.sweep.grid import describe, parse_grid_options
+from hpctrain.sweep.samplers import check_space, points, trial_count
 
 if TYPE_CHECKING:
     from hpctrain.scheduler.base import Backend, Limits
@@ -42,16 +45,28 @@ def settings(job: spec.JobSpec, grid: list[str], **given: Any) -> spec.Sweep:
     return spec.decode(spec.Sweep, data, "sweep")
 
 
-def resolve_trials(
+class Prepared(NamedTuple):
+    """What every trial of a sweep is made from: its settings, the job with a section for every swept
+    key, and the site."""
+
+    chosen: spec.Sweep
+    base: bytes
+    """The job's data, JSON: a trial stores its values at the ends of the swept keys' sections."""
+    site: spec.Site
+    origin: str
+    site_name: str
+
+
+def prepare(
     job_path: str | Path,
     site: str,
     overrides: list[str],
     cli_grid: list[str],
     limits: Limits | None = None,
     **options: Any,
-) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
-    """Every trial's resolved spec, in grid order; the first trial the site refuses stops everything,
-    named. The trials are counted, and checked against sweep.max_trials and `limits`, before any is made."""
+) -> Prepared:
+    """The sweep's settings checked, and counted against sweep.max_trials and `limits`, before any
+    trial is made."""
     from hpctrain.site import lookup as sites
     from hpctrain.spec.resources import job_file
 
@@ -60,24 +75,34 @@ def resolve_trials(
     chosen = settings(job, cli_grid, **options)
     if job.array:
         raise SpecError(f"{job_path}: array: a sweep makes its own job array; remove `array`")
+    check_space(chosen)
     for key in chosen.grid:
         if key.startswith("sweep."):
             raise SpecError(f"sweep.grid.{key}: a sweep's own settings cannot be swept")
     _check_early_stop(chosen, job, str(job_path))
-    check_size(trial_count(chosen.grid, chosen.random), chosen.max_trials, limits)
+    check_size(trial_count(chosen), chosen.max_trials, limits)
     base = msgspec.to_builtins(job)
-    base["sweep"] = msgspec.to_builtins(chosen)  # a trial's watcher reads early_stop from its own spec
+    # A trial's watcher reads early_stop from its own spec; with optuna the study prunes instead.
+    trial_sweep = chosen if chosen.sampler != "optuna" else msgspec.structs.replace(chosen, early_stop=None)
+    base["sweep"] = msgspec.to_builtins(trial_sweep)
     # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
     # shorthand becomes its dims); then each trial only stores its typed values at the ends.
     try:
         spec.apply_overrides(base, [f"{key}=0" for key in chosen.grid], str(job_path))
     except SpecError as err:
         raise SpecError(f"sweep.grid: {err}".replace("--set ", "")) from None
-    base_bytes = msgspec.json.encode(base)
+    return Prepared(chosen, msgspec.json.encode(base), site_profile, str(job_path), site)
+
+
+def resolve_points(
+    prepared: Prepared, points: list[dict[str, Value]], first: int = 0
+) -> tuple[list[Trial], list[spec.Resolved]]:
+    """Trials `first`, `first`+1... with these settings, each resolved; the first that the site
+    refuses stops everything, named."""
     trials: list[Trial] = []
     resolved: list[spec.Resolved] = []
-    for number, params in enumerate(expand(chosen.grid, chosen.random, chosen.seed)):
-        data = msgspec.json.decode(base_bytes)
+    for number, params in enumerate(points, start=first):
+        data = msgspec.json.decode(prepared.base)
         for key, value in params.items():
             *sections, last = key.split(".")
             node = data
@@ -85,12 +110,26 @@ def resolve_trials(
                 node = node[section]
             node[last] = value
         try:
-            trial_job = spec.decode(spec.JobSpec, data, str(job_path))
-            resolved.append(spec.resolve(trial_job, site_profile, str(job_path), site))
+            trial_job = spec.decode(spec.JobSpec, data, prepared.origin)
+            resolved.append(spec.resolve(trial_job, prepared.site, prepared.origin, prepared.site_name))
         except SpecError as err:
             raise SpecError(f"trial {number} ({describe(params)}): {err}") from None
         trials.append(Trial(number, params))
-    return chosen, trials, resolved
+    return trials, resolved
+
+
+def resolve_trials(
+    job_path: str | Path,
+    site: str,
+    overrides: list[str],
+    cli_grid: list[str],
+    limits: Limits | None = None,
+    **options: Any,
+) -> tuple[spec.Sweep, list[Trial], list[spec.Resolved]]:
+    """Every trial's resolved spec (grid or random sampler), in the sampler's order."""
+    prepared = prepare(job_path, site, overrides, cli_grid, limits, **options)
+    trials, resolved = resolve_points(prepared, points(prepared.chosen))
+    return prepared.chosen, trials, resolved
 
 
 def check_size(count: int, max_trials: int, limits: Limits | None = None) -> None:
@@ -206,16 +245,26 @@ def submit(
     grid: list[str] | None = None,
     backend_name: str | None = None,
     index: Index | None = None,
+    progress: Callable[[str], None] | None = None,
     **options: Any,
 ) -> SweepRecord:
     """Validate every trial, then (launch.submission's one submit path) write each one's spec and
-    one script per chunk, and submit the chunks: all or nothing."""
+    one script per chunk, and submit the chunks: all or nothing. A sweep with sampler optuna runs
+    its rounds here (sweep/study.py), telling `progress` what each round did, until its budget is
+    spent or it is stopped."""
     from hpctrain.launch.submission import origin, submit_run
     from hpctrain.scheduler import select_backend
 
     backend = select_backend(backend_name)
     limits = backend.limits()  # first: a backend without job arrays refuses before any work
-    chosen, trials, resolved = resolve_trials(job_path, site, overrides or [], grid or [], limits, **options)
+    prepared = prepare(job_path, site, overrides or [], grid or [], limits, **options)
+    asked = origin(job_path, site, overrides, backend)
+    if prepared.chosen.sampler == "optuna":
+        from hpctrain.sweep.study import start
+
+        return start(prepared, backend, index, asked, progress)
+    chosen = prepared.chosen
+    trials, resolved = resolve_points(prepared, points(chosen))
     env_per_trial = swept_env(chosen)
     groups = group_by_script(resolved, env_per_trial, backend)
     # Each array holds consecutive trials: the trials are numbered group by group (grid order within).
@@ -223,11 +272,36 @@ def submit(
     trials = [Trial(new, trials[old].params) for new, old in enumerate(order)]
     resolved = [resolved[old] for old in order]
     chunks = plan_chunks([len(group) for group in groups], limits.max_array_size, chosen.max_parallel)
-    record = SweepRecord(
+    record = new_record(chosen, resolved[0], backend.name, trials, chunks)
+
+    def write(run: rundir.RunDir) -> rundir.RunDir:
+        write_trials(run, trials, resolved, env_per_trial)
+        record.sweep_id = run.root.name
+        rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
+        return run
+
+    def schedule(run: rundir.RunDir) -> dict[str, str]:
+        submit_chunks(record, chunks, resolved, env_per_trial, run, backend)
+        rundir.write_json(run.sweep, record)
+        return {("" if c.offset == 0 else f"+{c.offset}"): c.job_id or "" for c in chunks}
+
+    done = submit_run(index, backend, resolved[0], asked, write, schedule)
+    if done.error is not None:
+        raise BackendError(
+            f"{done.error} (nothing of the sweep stays queued; its specs are in {done.run.run_dir})"
+        )
+    return record
+
+
+def new_record(
+    chosen: spec.Sweep, first: spec.Resolved, backend: str, trials: list[Trial], chunks: list[ArrayChunk]
+) -> SweepRecord:
+    """sweep.json before its submission: no sweep id (its run directory's name) and no job ids yet."""
+    return SweepRecord(
         sweep_id="",
-        name=resolved[0].job.name,
-        site=resolved[0].site.name,
-        backend=backend.name,
+        name=first.job.name,
+        site=first.site.name,
+        backend=backend,
         submitted_at=time.time(),
         metric=chosen.metric,
         mode=chosen.mode,
@@ -237,30 +311,17 @@ def submit(
         arrays=chunks,
     )
 
-    def write(run: rundir.RunDir) -> rundir.RunDir:
-        for trial, trial_spec in zip(trials, resolved, strict=True):
-            element = run.element(trial.index)
-            os.mkdir(element.root)  # the batch script makes the element's logs/ itself
-            _write_new(element.spec, spec.dumps(trial_spec))
-            if env_per_trial:
-                _write_new(element.trial_env, _exports(trial_spec.job.env, env_per_trial))
-        record.sweep_id = run.root.name
-        rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
-        return run
 
-    def schedule(run: rundir.RunDir) -> dict[str, str]:
-        _submit_chunks(record, resolved, env_per_trial, run, backend)
-        rundir.write_json(run.sweep, record)
-        return {("" if c.offset == 0 else f"+{c.offset}"): c.job_id or "" for c in chunks}
-
-    done = submit_run(
-        index, backend, resolved[0], origin(job_path, site, overrides, backend), write, schedule
-    )
-    if done.error is not None:
-        raise BackendError(
-            f"{done.error} (nothing of the sweep stays queued; its specs are in {done.run.run_dir})"
-        )
-    return record
+def write_trials(
+    run: rundir.RunDir, trials: list[Trial], resolved: list[spec.Resolved], env_per_trial: list[str]
+) -> None:
+    """Each trial's folder with its resolved spec (and the swept environment its script sources)."""
+    for trial, trial_spec in zip(trials, resolved, strict=True):
+        element = run.element(trial.index)
+        os.mkdir(element.root)  # the batch script makes the element's logs/ itself
+        _write_new(element.spec, spec.dumps(trial_spec))
+        if env_per_trial:
+            _write_new(element.trial_env, _exports(trial_spec.job.env, env_per_trial))
 
 
 def _write_new(path: Path, data: bytes) -> None:
@@ -280,17 +341,18 @@ def _exports(env: dict[str, Any], keys: list[str]) -> bytes:
     return "".join(f"export {key}={shell_quote(value)}\n" for key, value in items).encode()
 
 
-def _submit_chunks(
+def submit_chunks(
     record: SweepRecord,
-    resolved: list[spec.Resolved],
+    chunks: list[ArrayChunk],
+    resolved: Sequence[spec.Resolved] | Mapping[int, spec.Resolved],
     env_per_trial: list[str],
     run: rundir.RunDir,
     backend: Backend,
 ) -> None:
-    """One sbatch per chunk, each rendered from its own trials' spec; if one is refused, the chunks
-    already queued are cancelled."""
+    """One sbatch per chunk (of `record.arrays`), each rendered from the spec of its first trial
+    (`resolved` by trial number); if one is refused, the chunks already queued are cancelled."""
     try:
-        for chunk in record.arrays:
+        for chunk in chunks:
             first = resolved[chunk.offset]
             dependency = first.job.dependency
             if chunk.after is not None:
@@ -301,7 +363,7 @@ def _submit_chunks(
             request.path.write_text(request.script)
             chunk.job_id = backend.schedule(request)
     except BackendError:
-        queued = [c.job_id for c in record.arrays if c.job_id]
+        queued = [c.job_id for c in chunks if c.job_id]
         if queued:
             backend.cancel(queued)
         raise

@@ -100,7 +100,7 @@ def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | N
         return status
     run = trial_dir(root, index)
     if polled.state == JobState.CANCELLED.value:
-        stopped = rundir.read_json(run.stopped, Stopped)
+        stopped = rundir.read_json(run.stopped, Stopped, below=run.top)
         if isinstance(stopped, Stopped):
             status.state, status.reason = STOPPED, stopped.reason
             status.step, status.metric = stopped.step, stopped.value

@@ -407,7 +407,7 @@ def test_a_taken_rendezvous_port_costs_no_restart(hpctrain_home: Path, tmp_path:
     are held on the first node (and the ports of the old rule, 20000 + job id % 20000 and 20000
     above it). With restart.max 0 the job still trains: each taken port is a launch fault, retried
     on other ports without spending the budget."""
-    from hpctrain.supervisor.ports import ephemeral_range, rendezvous_ports
+    from hpctrain.rundir.ports import ephemeral_range, rendezvous_ports
 
     path = job_file(
         tmp_path,

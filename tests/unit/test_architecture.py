@@ -139,3 +139,68 @@ def test_nothing_sits_at_the_top_of_the_package_but_its_face_errors_and_the_pack
         or (path.is_dir() and path.name != "__pycache__" and not (path / "__init__.py").exists())
     )
     assert not strays, strays
+
+
+# The CLI's verbs format what hpctrain.api returns: they import the API, the errors and the CLI's own
+# formatting (hpctrain.cli.*), and `hpctrain.__version__`. Two verbs administer a cluster's site profile
+# rather than drive training (no pipeline submits them) and keep calling hpctrain.site directly.
+CLI_ALLOWED = frozenset({"hpctrain", "hpctrain.api", "hpctrain.errors"})
+CLI_SITE_ADMINISTRATION = {
+    "hpctrain.cli.doctor_cmd": "checks a site profile against the live cluster (hpctrain.site.doctor)",
+    "hpctrain.cli.init_site_cmd": "writes a site profile read off the live cluster (hpctrain.site.builder)",
+}
+# The views draw the contract's structs: they may import the modules that define those structs and their
+# one-line descriptions (never a poll: the verbs hand them what the API returned).
+VIEW_ALLOWED = CLI_ALLOWED | {
+    "hpctrain.report.build",
+    "hpctrain.rundir",
+    "hpctrain.rundir.attempts",
+    "hpctrain.rundir.stragglers",
+    "hpctrain.runs.health",
+    "hpctrain.runs.poll",
+    "hpctrain.runs.status",
+    "hpctrain.scheduler",
+    "hpctrain.scheduler.base",
+}
+
+
+def hpctrain_modules_imported(name: str) -> set[str]:
+    """The hpctrain modules `name` imports (`from m import x` counts as m when x is no module)."""
+    names = set(IMPORTS)
+    out = set()
+    for target in IMPORTS[name]:
+        if target.split(".")[0] != "hpctrain" or target.startswith("hpctrain.cli"):
+            continue
+        out.add(target if target in names or target == "hpctrain" else target.rpartition(".")[0])
+    return out
+
+
+def stray_cli_imports() -> list[str]:
+    stray = []
+    for name in IMPORTS:
+        if not name.startswith("hpctrain.cli.") or name in CLI_SITE_ADMINISTRATION:
+            continue
+        allowed_here = VIEW_ALLOWED if name.startswith("hpctrain.cli.view") else CLI_ALLOWED
+        stray += [f"{name} imports {t}" for t in sorted(hpctrain_modules_imported(name) - allowed_here)]
+    return stray
+
+
+def test_the_cli_verbs_import_only_the_api_the_errors_and_the_cli_formatting() -> None:
+    stray = stray_cli_imports()
+    assert not stray, "\n".join(stray)
+
+
+def test_the_cli_rule_sees_a_verb_that_goes_around_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(IMPORTS, "hpctrain.cli.submit_cmd", {"hpctrain.launch.submission.submit"})
+    assert stray_cli_imports() == ["hpctrain.cli.submit_cmd imports hpctrain.launch.submission"]
+
+
+def test_importing_hpctrain_or_building_a_verb_parser_imports_no_api() -> None:
+    """`import hpctrain` re-exports the API lazily: none of it is loaded until a name is used."""
+    code = (
+        "import sys, hpctrain; from hpctrain.cli.main import build_parser; build_parser('status'); "
+        "assert 'hpctrain.api' not in sys.modules, 'api imported'; "
+        "assert hpctrain.submit is hpctrain.api.submit and hpctrain.RunStatus.__name__ == 'RunStatus'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

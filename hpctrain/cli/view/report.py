@@ -15,3 +15,7 @@ def show(written: Written) -> None:
     print(f"report: {written.summary}")
     for path in written.figures:
         print(f"figure: {path}")
+    if written.time_split:
+        print("where the time went:")
+        for line in written.time_split:
+            print(f"  {line}")

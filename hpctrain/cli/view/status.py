@@ -16,7 +16,7 @@ from hpctrain.runs.status import MIN_INTERVAL_S
 from hpctrain.scheduler.base import JobState
 
 if TYPE_CHECKING:
-    from hpctrain.runs.index import Run
+    from hpctrain import api
     from hpctrain.runs.poll import Progress
     from hpctrain.runs.status import Element, FailedRanks, RunStatus
 
@@ -33,26 +33,26 @@ ONE_LINE_STATES = {
 
 
 def wait_for(
-    runs: list[Run], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
+    runs: list[api.Run], quiet: bool = False, interval: float = MIN_INTERVAL_S, detail: bool = True
 ) -> list[RunStatus]:
     """Poll until every run has ended, showing each job's progress (steps, rate, ETA); then the table."""
+    from hpctrain import api
     from hpctrain.cli.view.progress import ProgressView
-    from hpctrain.runs.status import wait_until_ended
 
     view = None if quiet else ProgressView()
 
-    def on_poll(statuses: list[RunStatus], done: bool) -> None:
-        if view is None:
-            return
-        view.update(statuses)
-        if done:
-            view.close()
-            print(time.strftime("%H:%M:%S"))
-            show(statuses, detail=detail)
-            sys.stdout.flush()
+    def on_poll(statuses: list[RunStatus]) -> None:
+        if view is not None:
+            view.update(statuses)
 
     try:
-        return wait_until_ended(runs, on_poll, interval)
+        final = api.wait_all(runs, progress=on_poll, interval=interval)
+        if view is not None:
+            view.close()
+            print(time.strftime("%H:%M:%S"))
+            show(final, detail=detail)
+            sys.stdout.flush()
+        return final
     finally:
         if view is not None:
             view.close()

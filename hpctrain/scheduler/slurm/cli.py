@@ -153,13 +153,16 @@ class SlurmCliBackend(Backend):
         queue = self._run(["squeue", "--me", "--states=all", "--noheader", "--format=%i|%k"], "squeue")
         found = _carried(self._check(queue, "squeue"), wanted)
         if wanted - found.keys():
-            # Jobs that already left the queue: accounting has their comment where the cluster stores
-            # it (AccountingStoreFlags=job_comment).
-            recent = ["--starttime=now-7days", "--format=JobID,Comment"]
-            accounting = self._run(["sacct", "--allocations", "--noheader", "--parsable2", *recent], "sacct")
-            if accounting.returncode == 0:
-                found = {**_carried(accounting.stdout, wanted), **found}
+            found = {**self.accounted_jobs_carrying(wanted - found.keys()), **found}
         return found
+
+    def accounted_jobs_carrying(self, run_ids: set[str]) -> dict[str, str]:
+        """Jobs of the last week that already left the queue, by the run id their comment carries:
+        accounting has the comment where the cluster stores it (AccountingStoreFlags=job_comment;
+        scripts/local-cluster.sh sets it). Without accounting, none."""
+        recent = ["--starttime=now-7days", "--format=JobID,Comment"]
+        accounting = self._run(["sacct", "--allocations", "--noheader", "--parsable2", *recent], "sacct")
+        return _carried(accounting.stdout, run_ids) if accounting.returncode == 0 else {}
 
     def cancel(self, job_ids: Iterable[str]) -> None:
         ids = [str(j) for j in job_ids]

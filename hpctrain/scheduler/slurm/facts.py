@@ -204,7 +204,8 @@ def user_associations(fields: list[str], timeout: float = 30) -> list[list[str]]
             "--parsable2",
             "show",
             "assoc",
-            f"where user={user_name()}",
+            "where",  # its own word: sacctmgr refuses "where user=X" as one ("Unknown condition")
+            f"user={user_name()}",
             "format=" + ",".join(fields),
         ],
         timeout,

@@ -236,3 +236,23 @@ def test_a_long_curve_keeps_its_spikes_when_thinned() -> None:
     points = Points.of(np.arange(len(y), dtype=float), y)
     assert len(points.x) <= MAX_POINTS and points.y.max() == 9.0 and points.y.min() == -3.0
     assert (np.diff(points.x) > 0).all() and 54_321 in points.x and 77_777 in points.x
+
+
+def test_the_page_and_the_terminal_say_where_the_time_went(tmp_path: Path) -> None:
+    from hpctrain.rundir import AttemptLine, append_line
+    from tests.unit.rundir.test_goodput import KILLED_ONCE
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    lines, metrics = KILLED_ONCE
+    for line in [*lines, *metrics]:
+        append_line(run.attempts if isinstance(line, AttemptLine) else run.metrics, line)
+    outcome = cli("report", str(run.root), "-o", str(tmp_path / "out"))
+    assert outcome.code == 0, outcome.stderr
+    page = (tmp_path / "out" / "report.md").read_text()
+    assert "## Where the time went" in page
+    # No record.json: the wall time starts at the allocation (10 s after the synthetic submission).
+    assert "| steps lost to rollback | 7.0 | 14.9% |" in page and "| wall time | 47.0 | 100% |" in page
+    assert "| goodput | 0.468 (22 s of training in 47 s) |" in page
+    assert "| 0 | rank_failure | 0.0 | 5.0 | 10.0 | 7.0 | 1.0 | 5.0 |" in page
+    assert "where the time went:" in outcome.stdout and "detection (fault to decision)" in outcome.stdout

@@ -263,3 +263,47 @@ def test_index_lines_of_earlier_versions_decode_as_the_one_run_record(tmp_path: 
     assert done.run_dir == Path("/x/runs/20260101-000000-a-1") and done.job_id == "41"
     assert failed.state is JobState.SUBMIT_FAILED and failed.reason == "sbatch failed: no partition"
     assert index.history(done.run_id) == [(JobState.PENDING, 1.5, ""), (JobState.COMPLETED, 9.0, "")]
+
+
+def killed_before_recording(index: Index, age_s: float) -> Path:
+    """What a submit SIGKILLed before it recorded its run leaves: a run directory with its spec and
+    submit.json, changed `age_s` ago, that the index does not know."""
+    _, run_dir = index.new_run_dir("killed")
+    rundir.write_json(run_dir / rundir.SUBMIT, rundir.SubmitInfo(job="j.yaml", site="local", backend="slurm"))
+    (run_dir / rundir.SPEC).write_text("{}")
+    then = time.time() - age_s
+    os.utime(run_dir, (then, then))
+    return run_dir
+
+
+def test_a_directory_whose_submit_was_killed_is_a_run_that_never_submitted(tmp_path: Path) -> None:
+    """Issue 23: such a directory made `index check` exit 1, and list and status never showed it."""
+    from tests.conftest import run_cli
+
+    env = {"HPCTRAIN_HOME": str(tmp_path)}
+    index = Index(tmp_path)
+    make_run(index, "fine", "7", state="COMPLETED")
+    killed = killed_before_recording(index, age_s=600)
+    young = killed_before_recording(index, age_s=0)  # a submit still writing its files: left alone
+    check = run_cli("index", "check", env=env)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert f"run {killed.name}: no job; SUBMIT_FAILED: {records.UNSUBMITTED}" in check.stdout
+    assert young.name not in {r.run_id for r in index.runs()}
+    run = next(r for r in index.runs() if r.run_id == killed.name)
+    assert (run.name, run.site, run.backend, run.job_id) == ("killed", "local", "slurm", None)
+    assert run_cli("index", "check", env=env).stdout.count(killed.name) == 0  # recorded once
+
+
+@pytest.mark.parametrize(
+    "argv", [["list"], ["list", "--all"], ["status"], ["status", "--all"], ["status", "{run_id}"]]
+)
+def test_list_and_status_show_a_killed_submit_as_never_submitted(tmp_path: Path, argv: list[str]) -> None:
+    from tests.conftest import run_cli
+
+    killed = killed_before_recording(Index(tmp_path), age_s=600)
+    shown = run_cli(*(arg.format(run_id=killed.name) for arg in argv), env={"HPCTRAIN_HOME": str(tmp_path)})
+    # Named, a run that was never submitted makes `status` exit 1, as for a submit sbatch refused.
+    assert shown.returncode == (1 if killed.name in argv[-1:] or "{run_id}" in argv else 0), shown.stderr
+    line = next(line for line in shown.stdout.splitlines() if "SUBMIT_FAILED" in line)
+    assert killed.name in line or "killed" in line, shown.stdout
+    assert "Traceback" not in shown.stderr

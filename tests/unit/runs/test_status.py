@@ -163,3 +163,18 @@ def test_unknown_keys_are_an_error_only_when_none_is_known(home: Path) -> None:
     with pytest.raises(NotTracked, match=f"not tracked by hpctrain: {unknown}"):
         select([unknown], index=Index(home))
     assert [r.job_id for r in select(["607", unknown], index=Index(home))] == ["607"]
+
+
+def test_status_json_carries_the_goodput_split(tmp_path: Path) -> None:
+    from hpctrain.rundir.goodput import compute
+    from tests.unit.rundir.test_goodput import KILLED_ONCE
+    from tests.unit.tracked_runs import assembled
+
+    run = RunDir(tmp_path)
+    lines, metrics = KILLED_ONCE
+    for line in [*lines, *metrics]:
+        append_line(run.attempts if isinstance(line, AttemptLine) else run.metrics, line)
+    status = assembled(tmp_path, "COMPLETED")
+    assert status.goodput == compute(lines, metrics, 0.0)
+    encoded = msgspec.to_builtins(status)["goodput"]
+    assert encoded["rollback_s"] == 7.0 and encoded["detection_s"] == 5.0 and encoded["wall_s"] == 57.0

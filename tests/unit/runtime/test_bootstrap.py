@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from hpctrain.rundir.ports import ephemeral_range, job_ports
 from hpctrain.runtime import bootstrap
 
 SRUN = {
@@ -53,7 +54,15 @@ def test_srun_without_master_falls_back_to_nodelist_and_job_port() -> None:
     env = {k: v for k, v in SRUN.items() if not k.startswith("MASTER_")}
     info = bootstrap.from_slurm(env)
     assert info.master_addr == "node1"
-    assert info.master_port == bootstrap.default_port("1234") == 21234
+    assert info.master_port == bootstrap.default_port("1234") == job_ports("1234")[0]
+
+
+def test_the_fallback_port_lies_outside_this_nodes_ephemeral_range() -> None:
+    """Issue 23 item 13: the old fallback, 20000 + job id % 20000, gave job 15000 port 35000, an
+    ephemeral port; the fallback is the batch script's rule now."""
+    env = {**{k: v for k, v in SRUN.items() if not k.startswith("MASTER_")}, "SLURM_JOB_ID": "15000"}
+    low, high = ephemeral_range()
+    assert not low <= bootstrap.from_slurm(env).master_port <= high
 
 
 def test_torchrun_wins_over_slurm_env() -> None:

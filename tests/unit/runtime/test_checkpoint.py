@@ -107,8 +107,9 @@ def test_corrupt_newest_falls_back_to_previous(tmp_path: Path, damage: str) -> N
     model, optimizer = model_and_optimizer(seed=3)
     restored = checkpoints.load(model, optimizer)
     assert restored is not None and restored.step == 1
-    assert [e for e, _ in events.seen][-1] == "checkpoint_corrupt"
-    assert events.seen[-1][1]["path"] == str(newest)
+    assert [e for e, _ in events.seen][-2:] == ["checkpoint_corrupt", "restored"]
+    assert events.seen[-2][1]["path"] == str(newest)
+    assert events.seen[-1][1]["source"] == "disk" and events.seen[-1][1]["step"] == 1
 
 
 def test_nothing_to_resume(tmp_path: Path) -> None:

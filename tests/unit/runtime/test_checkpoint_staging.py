@@ -48,13 +48,21 @@ def test_the_first_save_finds_the_buffers_reserved_after_the_first_step(tmp_path
     model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
     optimizer = torch.optim.AdamW(model.parameters(), lr=0.01)
     assert checkpoints.load(model, optimizer) is None  # every attempt starts here: nothing to resume
-    assert checkpoints.staging is None  # no optimizer state yet: nothing to size the buffers by
-    train_step(model, optimizer)
     staging = checkpoints.staging
-    assert staging is not None and staging._reservation is not None
+    # AdamW's state is foreseen: the weights and two moments per parameter, before the first step
+    assert staging is not None and staging._foreseen is not None and staging._reservation is None
+    foreseen = staging._foreseen.result(timeout=60)
+    weights = sum(p.numel() * p.element_size() for p in model.parameters())
+    assert sum(b.numel() * b.element_size() for spare in foreseen.values() for b in spare) == 3 * weights
+    pooled = {b.data_ptr() for spare in foreseen.values() for b in spare}
+    train_step(model, optimizer)
+    assert staging._reservation is not None
     reserved = staging._reservation.result(timeout=60)
     # model weights, and per parameter AdamW's step, exp_avg and exp_avg_sq
     assert len(reserved) == 4 + 3 * 4
+    # every foreseen buffer went to the state; only the scalar step counters came after the step
+    assert staging.foreseen_bytes == 3 * weights
+    assert pooled == {b.data_ptr() for b in reserved.values() if b.dim()}
     assert staging.reserve_s is not None and staging.reserve_s >= 0
     train_step(model, optimizer)  # the hook ran once: a second step reserves nothing more
     expected = [p.detach().clone() for p in model.parameters()]
@@ -115,3 +123,28 @@ def test_a_failed_reservation_leaves_the_save_to_allocate(
     assert staging.allocations == len(staging.buffers) == 3
     for (_, original), (_, copy) in zip(leaves(state), leaves(staged), strict=True):
         assert torch.equal(copy, original) and copy is not original
+
+
+def test_an_optimizer_of_unknown_state_is_sized_after_its_first_step(tmp_path: Path) -> None:
+    checkpoints = Checkpointer(tmp_path, 0, 2, no_events, writer="auto")
+    model = nn.Sequential(nn.Linear(4, 8), nn.ReLU(), nn.Linear(8, 2))
+    optimizer = torch.optim.Adagrad(model.parameters(), lr=0.01)
+    assert checkpoints.load(model, optimizer) is None
+    assert checkpoints.staging is None  # nothing foreseen: its state's shapes are not known here
+    train_step(model, optimizer)
+    staging = checkpoints.staging
+    assert staging is not None and staging._reservation is not None
+    assert len(staging._reservation.result(timeout=60)) == 4 + 2 * 4  # weights; Adagrad's step and sum
+    assert staging.foreseen_bytes == 0
+
+
+def test_foreseen_buffers_the_state_does_not_use_are_given_back() -> None:
+    staging = HostStaging(cuda=False, shared=False)
+    staging.reserve_like([((3,), torch.float32), ((5,), torch.float32)])
+    released: list[tuple[int, ...]] = []
+    staging._release = lambda buffer: released.append(tuple(buffer.shape))  # type: ignore[method-assign]
+    staging.reserve({"a": torch.zeros(3), "b": torch.zeros(2, dtype=torch.float64)})
+    staging.close()
+    assert released == [(5,)]
+    assert staging.foreseen_bytes == 3 * 4
+    assert staging.buffers["/a"].shape == (3,) and staging.buffers["/b"].dtype == torch.float64

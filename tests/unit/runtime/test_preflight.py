@@ -152,3 +152,32 @@ def test_fake_gpus_are_found_with_sbin_off_path(
     monkeypatch.setattr(preflight, "SBIN_FOLDERS", ())
     (tmp_path / "bin" / "srun").unlink()
     assert preflight.gres_files("node1") == []  # no slurmd anywhere: no files, no error
+
+
+def test_the_container_check_names_a_version_mismatch_and_an_unmounted_run_dir(tmp_path: Path) -> None:
+    from hpctrain import __version__
+    from hpctrain.runtime.preflight import container_problems
+
+    assert container_problems({"HPCTRAIN_VERSION": __version__, "HPCTRAIN_RUN_DIR": str(tmp_path)}) == []
+    (problem,) = container_problems({"HPCTRAIN_VERSION": "0.0.1", "HPCTRAIN_RUN_DIR": str(tmp_path)})
+    assert f"the image has hpctrain {__version__}, the host 0.0.1" in problem
+    (problem,) = container_problems({"HPCTRAIN_RUN_DIR": str(tmp_path / "not-mounted")})
+    assert "not-mounted is not writable in the container" in problem and "mount it" in problem
+
+
+def test_the_container_check_prints_one_line_per_node(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpctrain.runtime.preflight import main
+
+    env = {
+        "HPCTRAIN_RUN_DIR": str(tmp_path / "gone"),
+        "SLURMD_NODENAME": "node7",
+        "HPCTRAIN_CONTAINER": "pyxis",
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in env.items():
+            patch.setenv(key, value)
+        assert main(["--container"]) == 1
+    line = capsys.readouterr().out.strip()
+    assert line.startswith("hpctrain container check: node7 (pyxis): FAIL the run directory"), line

@@ -73,8 +73,11 @@ def test_slurm_values_are_read_before_user_exports(tmp_path: Path) -> None:
     script = render(spec.resolve(spec.load_job(DIGITS), spec.load_site(LOCAL)), tmp_path / "run")
     lines = script.splitlines()
     first_export = next(i for i, line in enumerate(lines) if line.startswith("export OMP_NUM_THREADS="))
-    port = next(i for i, line in enumerate(lines) if "SLURM_JOB_ID % 20000" in line)
-    assert port < first_export
+    checked = next(i for i, line in enumerate(lines) if line.startswith('case "${SLURM_JOB_ID:-}" in'))
+    assert checked < first_export
+    # The job id reaches the port rule as one quoted word (hpctrain.rundir.ports), never bash arithmetic.
+    assert not [line for line in lines if "$((" in line and "SLURM_JOB_ID" in line]
+    assert 'hpctrain.rundir.ports "$SLURM_JOB_ID" 0)' in script
 
 
 # 3. Site env keys were not checked.

@@ -23,6 +23,7 @@ from hpctrain.supervisor.supervise import (
     policy_of,
     set_aside_failures,
 )
+from hpctrain.supervisor.watchdog import Context
 
 NODES = ["node1", "node2"]
 
@@ -425,3 +426,65 @@ def test_a_killed_parameter_server_is_blamed_by_its_role_not_its_workers() -> No
     line = classify(end, start(0), History(), Components(ParameterServer(servers=1)))
     assert line.outcome == "rank_failure" and line.reason.startswith("server 0 (rank 0) on node1: Killed")
     assert "2 other rank(s) then lost their peer" in line.reason
+
+
+def test_a_grow_back_requeue_is_recorded_as_a_grow_back_not_a_preemption(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """Issue 23 item 11's leftover: the watchdog's checkpoint-and-requeue that grows a shrunk job back
+    went into attempts.jsonl as `preempted`. It is a grow-back: requeued, no restart spent; a later
+    preemption of the run is a preemption again."""
+    import os
+    import signal
+    import time
+
+    from hpctrain.spec.job import Watchdog
+    from hpctrain.supervisor import watchdog
+
+    run = RunDir(tmp_path)
+    run.logs.mkdir()
+    lines = [start(0), end(0, "node_failure", ["node2"])]
+    shrunk = AttemptLine(attempt=1, event="start", time=time.time(), job_id="7", nodes=["node1"])
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: list(nodes))
+    assert watchdog.grow_back(Context(run, Watchdog(), 1, "7", "node1", signal.SIGUSR2, missing=["node2"]))
+    run.requeue_request.write_text("40\n")  # the runtime's answer: checkpointed at step 40
+    line = classify(supervise.read_step_end(run, 0, shrunk, ["node1"]), shrunk, History(lines))
+    assert line.outcome == Outcome.GROW_BACK, line
+    history = History([*lines, shrunk, line])
+    assert [ended.outcome for ended in history.restarts()] == ["node_failure"]
+    assert decide(history, line, Restart(), ["node1"], 2, back=["node2"]) == Decision("requeue")
+    # The next allocation is preempted: the watchdog's old request is not this attempt's.
+    os.utime(run.grow_back_request, (time.time() - 60, time.time() - 60))
+    later = AttemptLine(attempt=2, event="start", time=time.time(), job_id="7", nodes=NODES)
+    again = classify(supervise.read_step_end(run, 0, later, NODES), later, history)
+    assert again.outcome == Outcome.PREEMPTED
+
+
+def test_a_fault_is_dated_by_its_evidence(tmp_path: Path) -> None:
+    """The hung ranks' last advance, else the first failure report, else the first rank to fall silent."""
+    from hpctrain.rundir import Heartbeat, RankBeat
+    from hpctrain.supervisor.supervise import fault_time
+
+    run = RunDir(tmp_path)
+    attempt = start(1)  # began at 101
+    assert fault_time(run, attempt, StepEnd(status=1)) is None
+    beats = {0: RankBeat(step=9, phase="data", time=130.0), 1: RankBeat(step=9, phase="data", time=124.5)}
+    run.write_heartbeat(Heartbeat(node="node1", time=131.0, ranks=beats, attempt=1))
+    run.write_heartbeat(Heartbeat(node="node2", time=90.0, ranks={2: RankBeat(9, "data", 90.0)}, attempt=0))
+    assert fault_time(run, attempt, StepEnd(status=1)) == 124.5
+    reports = [FailureReport(rank=2, time=127.0), FailureReport(rank=3, time=126.0)]
+    assert fault_time(run, attempt, StepEnd(status=1, failures=reports)) == 126.0
+    hang = HangReport(time=140.0, summary="", hung=[RankState(rank=1, idle_s=12.0)])
+    assert fault_time(run, attempt, StepEnd(status=1, hang=hang, failures=reports)) == 126.0
+    assert fault_time(run, attempt, StepEnd(status=1, hang=hang)) == 128.0
+
+
+def test_the_first_start_of_an_allocation_records_when_it_began(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    run = RunDir(tmp_path)
+    monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
+    job = Job(run, "7", Restart(), 2, 2)
+    assert job.begin().startswith("launch ")
+    (first,) = History.read(run).lines
+    assert first.allocated == supervise.ALLOCATED and first.allocated <= first.time
+    append_line(run.attempts, end(0, "rank_failure"))
+    job.act(History.read(run), History.read(run).lines[-1])
+    assert History.read(run).lines[-1].event == "start" and History.read(run).lines[-1].allocated is None

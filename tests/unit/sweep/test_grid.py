@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from hpctrain import spec
 from hpctrain.sweep import grid as sweep_grid
+from hpctrain.sweep import samplers
 
 KEYS = st.lists(st.sampled_from(["train.lr", "train.seed", "train.steps", "train.batch_size"]), unique=True)
 GRIDS = KEYS.flatmap(
@@ -77,7 +78,7 @@ def test_grid_option_values_parse_like_set_values() -> None:
 )
 def test_trial_count_is_what_expand_makes(lengths: list[int], draw: int | None) -> None:
     grid = {f"train.options.k{i}": list(range(n)) for i, n in enumerate(lengths)}
-    count = sweep_grid.trial_count(grid, draw)
+    count = samplers.trial_count(spec.Sweep(grid=grid, random=draw))
     assert count == (draw if draw is not None else sweep_grid.grid_size(grid))
     if count <= 2000 and (draw is None or draw <= sweep_grid.grid_size(grid)):
         assert len(sweep_grid.expand(grid, draw)) == count

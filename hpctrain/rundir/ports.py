@@ -1,4 +1,4 @@
-"""Rendezvous ports of an attempt, outside the node's ephemeral port range (torch-free).
+"""Rendezvous ports of an attempt, outside the node's ephemeral port range: the one port rule.
 
 Any outgoing connection on a node may take a port of the kernel's ephemeral range
 (/proc/sys/net/ipv4/ip_local_port_range, 32768-60999 on Linux by default); a rendezvous port there
@@ -6,7 +6,11 @@ can be in use by chance (EADDRINUSE). Training's and preflight's ports are there
 ports above 20000 that lie outside that range, spread by job id and attempt; a port that is taken
 anyway ends the attempt as a launch fault, and the next attempt gets another port.
 
-``python -m hpctrain.supervisor.ports JOB_ID ATTEMPT`` prints ``TRAINING_PORT PREFLIGHT_PORT``.
+Every place that picks a rendezvous port uses this rule: the batch script (``python -m
+hpctrain.rundir.ports JOB_ID ATTEMPT`` prints ``TRAINING_PORT PREFLIGHT_PORT``, read on the batch
+node), the supervisor for each attempt, the doctor's preflight job, and the runtime when the batch
+script set no port (parameter-server jobs run their one step on attempt 0's ports). Torch-free and
+in the shared column, since both the allocation side and the login side need it.
 """
 
 from __future__ import annotations
@@ -57,11 +61,17 @@ def rendezvous_ports(job_id: int, attempt: int, ephemeral: tuple[int, int]) -> t
     return nth_port(bands, index), nth_port(bands, index + size // 2)
 
 
+def job_ports(job_id: str, attempt: int = 0) -> tuple[int, int]:
+    """(training, preflight) of a Slurm job id (`1234`, or an array element's `1234_5`) on this node."""
+    digits = "".join(ch for ch in job_id if ch.isdigit())
+    return rendezvous_ports(int(digits or 0), attempt, ephemeral_range())
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or not all(word.isdigit() for word in argv):
-        print("usage: python -m hpctrain.supervisor.ports JOB_ID ATTEMPT", file=sys.stderr)
+        print("usage: python -m hpctrain.rundir.ports JOB_ID ATTEMPT", file=sys.stderr)
         return 2
-    training, preflight = rendezvous_ports(int(argv[0]), int(argv[1]), ephemeral_range())
+    training, preflight = job_ports(argv[0], int(argv[1]))
     print(training, preflight)
     return 0
 

@@ -1,0 +1,701 @@
+"""hpctrain's Python API: load, submit and follow jobs and sweeps; the CLI verbs format what it returns.
+
+`import hpctrain` re-exports these names lazily, so the CLI and `import hpctrain` pay nothing for them.
+Everything returned is a typed struct of the run-directory contract (RunStatus, Result, MetricLine,
+SweepStatus, TrialStatus), never a dict; every failure is an exception of hpctrain.errors.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from hpctrain.errors import BackendError, HpctrainError, InputError, SpecError
+from hpctrain.scheduler import NAMES  # costs no backend import
+from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
+
+if TYPE_CHECKING:
+    # Imported where used: `import hpctrain.api` must cost the CLI nothing it does not use.
+    from hpctrain import spec
+    from hpctrain.launch.submission import JobSource, Request
+    from hpctrain.report.build import Written
+    from hpctrain.rundir import MetricLine, Result, RunDir, SweepRecord
+    from hpctrain.rundir import Run as RunRecord
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.logs import LogMerger
+    from hpctrain.runs.status import RunStatus
+    from hpctrain.site.lookup import SiteEntry
+    from hpctrain.spec import FieldDoc
+    from hpctrain.sweep.status import SweepStatus, TrialStatus
+
+__all__ = [
+    "AFTER_KINDS",
+    "BACKENDS",
+    "AfterKind",
+    "BackendError",
+    "HpctrainError",
+    "InputError",
+    "JobSource",
+    "NoLog",
+    "NoResult",
+    "NothingToReport",
+    "Run",
+    "SpecError",
+    "Sweep",
+    "WaitTimeout",
+    "cancel",
+    "example_job",
+    "example_jobs",
+    "fields",
+    "find_run",
+    "find_runs",
+    "find_sweep",
+    "list_runs",
+    "list_sweeps",
+    "load_job",
+    "log_chunk",
+    "log_tail",
+    "ranked",
+    "render",
+    "run_index",
+    "site_search_path",
+    "sites",
+    "spec_json",
+    "statuses",
+    "submit",
+    "submit_sweep",
+    "survey",
+    "wait_all",
+    "write_report",
+]
+
+BACKENDS = NAMES
+"""The scheduler backends `backend=` takes: auto ($HPCTRAIN_BACKEND, else slurm), slurm (the Slurm
+commands), pyslurm, local (this machine, no Slurm)."""
+
+
+class WaitTimeout(HpctrainError):
+    """`Run.wait` or `Sweep.wait` gave up: the run had not ended within the timeout."""
+
+
+class NoResult(HpctrainError):
+    """The run has no result (yet): it has not ended, or it failed before writing result.json."""
+
+
+class NoLog(HpctrainError):
+    """The run is tracked but the asked-for log does not exist (yet)."""
+
+
+def example_jobs() -> dict[str, Path]:
+    """The example job specs shipped with hpctrain, by name (submit one by its name)."""
+    from hpctrain.spec.resources import example_jobs
+
+    return example_jobs()
+
+
+def example_job(name: str) -> Path:
+    """The file of the shipped example `name`; SpecError naming the examples when there is none."""
+    from hpctrain.spec.resources import job_file
+
+    return job_file(name)
+
+
+def sites(describe: bool = True) -> list[SiteEntry]:
+    """Every site profile `site=NAME` can reach (first match per name wins; the others are `shadowed`);
+    `describe`: read each profile's description too."""
+    from hpctrain.site.lookup import listing
+
+    return listing(describe=describe)
+
+
+def site_search_path() -> list[tuple[str, Path]]:
+    """Where site names are looked up, in order: (what sets the folder, the folder)."""
+    from hpctrain.site.lookup import search_path
+
+    return search_path()
+
+
+def fields(what: Literal["job", "site", "files"], under: str = "") -> list[FieldDoc]:
+    """The documented fields of the job spec, the site profile or the run directory's files (`under`: a
+    file such as result.json, a struct such as Result, or a field prefix such as train.); SpecError when
+    nothing matches."""
+    from hpctrain import rundir, spec
+
+    field = under
+    if what == "files":
+        structs = rundir.file_structs()
+        if field in structs:
+            kinds, field = structs[field], ""
+        else:
+            kinds = rundir.file_struct_kinds()
+        docs = [row for kind in kinds for row in spec.field_docs(kind, kind.__name__ + ".")]
+    elif what in ("job", "site"):
+        docs = spec.field_docs(spec.JobSpec if what == "job" else spec.Site)
+    else:
+        raise InputError(f"fields: {what!r} is not one of job, site, files")
+    field = field.rstrip(".")
+    rows = [r for r in docs if not field or r.name == field or r.name.startswith(field + ".")]
+    if not rows:
+        if what == "files":
+            missing, listed = "file or field", f"the files: {', '.join(rundir.file_structs())}"
+        else:
+            missing, listed = "field", f"`hpctrain explain {what}` lists them"
+        raise SpecError(f"explain {what}: no {missing} {under!r}; {listed}")
+    return rows
+
+
+def run_index() -> Index:
+    """The index of this user's runs (index.jsonl and its archive): check, compact, adopt cut-short
+    submits. Warnings about unreadable lines are left to its check."""
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.index_lines import silence_warnings
+
+    silence_warnings()
+    return Index()
+
+
+def spec_json(resolved: spec.Resolved) -> str:
+    """The resolved spec as the run directory's spec.json holds it."""
+    from hpctrain import spec
+
+    return spec.dumps(resolved).decode()
+
+
+def load_job(job: JobSource, overrides: Sequence[str] = ()) -> spec.JobSpec:
+    """The job as a typed `JobSpec`, with `overrides` (`dotted.key=value`, as `--set` on the command line)
+    applied; a path, an example's name, a JobSpec or a mapping. Bad input raises SpecError."""
+    from hpctrain.launch.submission import load_job as load
+
+    return load(job, list(overrides))[0]
+
+
+def render(
+    job: JobSource,
+    site: str,
+    overrides: Sequence[str] = (),
+    backend: str | None = None,
+    check: bool = True,
+) -> Request:
+    """The resolved spec and the batch script the job would submit (a dry run: nothing is written)."""
+    from hpctrain.launch.submission import prepare
+
+    return prepare(job, site, list(overrides), backend, check=check)
+
+
+def submit(
+    job: JobSource,
+    site: str,
+    overrides: Sequence[str] = (),
+    backend: str | None = None,
+    after: Iterable[Run | str] = (),
+    after_kind: AfterKind = "afterok",
+    check: bool = True,
+) -> Run:
+    """Validate, render, record and submit the job; its Run handle.
+
+    `site`: a site profile's name or path. `backend`: slurm, pyslurm or local (default $HPCTRAIN_BACKEND,
+    else auto). `after`: runs (or Slurm job ids) the job waits for; `after_kind` says for what (a Slurm
+    dependency, added to any `dependency` the spec sets). `check`: the entrypoint and path checks.
+    A refusal by the scheduler raises BackendError; the run stays recorded as SUBMIT_FAILED.
+    """
+    from hpctrain.launch.submission import submit as submit_run
+
+    waits = [_job_id_of(one) for one in after]
+    done = submit_run(job, site, list(overrides), backend, check=check, after=waits, after_kind=after_kind)
+    if done.error:
+        raise BackendError(f"{done.error} (the script and resolved spec are kept in {done.run.run_dir})")
+    return Run(done.run)
+
+
+def _job_id_of(run: Run | str) -> str:
+    if isinstance(run, str):
+        return run
+    if not run.job_id:
+        raise InputError(f"after: run {run.run_id} has no job id (its submission failed)")
+    return run.job_id
+
+
+def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
+    """Tracked runs: those named by job id or run id (none known: NotTracked; some unknown: a warning on
+    stderr), else the recent ones (active, or ended within a day), or with `everything` every run, newest
+    first, at most `limit`. Run directories of submits killed before they recorded their run are recorded
+    first, as never submitted (only recent ones, unless every run is listed)."""
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.status import select
+
+    if everything and not keys and limit is not None:
+        index = Index()
+        index.adopt_unindexed(recent=True)
+        return [Run(record) for record in index.runs(limit=limit)]
+    return [Run(record) for record in select(list(keys), everything)]
+
+
+def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
+    """The runs named by job id or run id, and the keys that name no tracked run."""
+    from hpctrain.runs.index import Index
+
+    found, missing = Index().find(list(keys))
+    return [Run(record) for record in found], missing
+
+
+def find_run(key: str) -> Run:
+    """The one run a job id or run id names; NotTracked when none."""
+    return list_runs([key])[0]
+
+
+class Run:
+    """A submitted run: its index record (`record`, the contract's Run struct) and what can be asked of it."""
+
+    def __init__(self, record: RunRecord) -> None:
+        self.record = record
+
+    def __repr__(self) -> str:
+        return f"Run(job_id={self.job_id!r}, run_id={self.run_id!r}, name={self.name!r})"
+
+    @property
+    def job_id(self) -> str | None:
+        """The scheduler's job id; None when submission failed."""
+        return self.record.job_id
+
+    @property
+    def run_id(self) -> str:
+        """The run directory's name."""
+        return self.record.run_id
+
+    @property
+    def name(self) -> str:
+        """The job's name."""
+        return self.record.name
+
+    @property
+    def run_dir(self) -> Path:
+        """The run directory: spec, script, logs, metrics, result (docs/run-directory.md)."""
+        return self.record.run_dir
+
+    def status(self) -> RunStatus:
+        """One poll (one scheduler query) and the run directory read: state, progress, failures."""
+        from hpctrain.runs.status import poll_statuses
+
+        return poll_statuses([self.record])[0]
+
+    def wait(
+        self, timeout: float | None = None, progress: Callable[[RunStatus], None] | None = None
+    ) -> RunStatus:
+        """Poll (one batched scheduler query each time, the delay growing from 1 s to 5 s) until the run
+        has ended; its last status. `progress` sees every poll's status. WaitTimeout after `timeout`
+        seconds (checked at each poll)."""
+        return wait_all([self], timeout, None if progress is None else lambda s: progress(s[0]))[0]
+
+    def ended(self) -> bool:
+        """Whether the run has ended, after one poll."""
+        from hpctrain.runs.index import Index
+        from hpctrain.runs.poll import ended, refresh
+
+        refresh(Index(), [self.record])
+        return ended(self.record)
+
+    def result(self) -> Result:
+        """result.json: the final metrics, steps and times. NoResult when there is none (yet)."""
+        from hpctrain.rundir import RunDir, Unreadable
+
+        found = RunDir(self.run_dir).read_result()
+        if found is None:
+            raise NoResult(f"run {self.run_id} (job {self.job_id}) has no result yet ({self.record.state})")
+        if isinstance(found, Unreadable):
+            raise NoResult(str(found))
+        return found
+
+    def metrics(self) -> list[MetricLine]:
+        """Every line of metrics.jsonl as it stands (train, eval, memory, event and rank-time lines), in
+        order; lines that cannot be read are left out."""
+        from hpctrain import rundir
+
+        root = rundir.RunDir(self.run_dir)
+        decoded = (rundir.decode_line(raw, str(root.metrics)) for raw in rundir.whole_lines(root.metrics))
+        return [line for line in decoded if not isinstance(line, rundir.Unreadable)]
+
+    def log_path(self, rank: int | None = None, element: int | None = None) -> Path:
+        """The batch log, or one rank's log, of the run or of one array element (default: the first);
+        a log behind a symbolic link out of the run directory is refused."""
+        root = self._log_root(element)
+        path = root.batch_log if rank is None else root.rank_log(rank)
+        self.refuse_links([path])
+        return path
+
+    def logs(self, rank: int | None = None, element: int | None = None) -> str:
+        """The text of the batch log, or of one rank's log; NoLog when it does not exist (yet)."""
+        path = self.log_path(rank, element)
+        if not path.is_file():
+            raise NoLog(self.missing_log(path))
+        from hpctrain import rundir
+
+        return b"\n".join(rundir.whole_lines(path)).decode(errors="replace")
+
+    def merged_logs(
+        self, rank: int | None = None, node: str | None = None, element: int | None = None
+    ) -> LogMerger:
+        """Every rank's log (or one rank's, or the ranks' on one node) merged by time, each line prefixed
+        `[rank N]`: `drain()` yields what is new."""
+        from hpctrain.runs.logs import LogMerger, rank_logs
+
+        root = self._log_root(element)
+        self.refuse_links([root.logs, *rank_logs(root).values()])
+        return LogMerger(root, None if rank is None else [rank], node)
+
+    def rank_logs(self, element: int | None = None) -> dict[int, Path]:
+        """Every rank's log of the run (or of one array element), by rank."""
+        from hpctrain.runs.logs import rank_logs
+
+        return rank_logs(self._log_root(element))
+
+    def missing_log(self, path: Path) -> str:
+        """Why a log cannot be read: its name and the logs that the run does have."""
+        from hpctrain.rundir import RunDir
+
+        root = RunDir(self.run_dir)
+        present = [root, *(root.element(i) for i in root.elements())]
+        names = [str(p.relative_to(root.root)) for where in present for p in where.log_files()]
+        return (
+            f"no log {path.relative_to(root.root)} yet for job {self.job_id}"
+            f" (present: {', '.join(names[:20]) or 'none'})"
+        )
+
+    def _log_root(self, element: int | None) -> RunDir:
+        from hpctrain.rundir import RunDir
+
+        root = RunDir(self.run_dir)
+        if element is None and not root.batch_log.exists():
+            started = root.elements()
+            element = started[0] if started else None
+        return root if element is None else root.element(element)
+
+    def refuse_links(self, paths: Iterable[Path]) -> None:
+        """A log that is a symbolic link, or lies in a linked folder of the run directory, is an error:
+        logs are files of the run, never what a link planted there points to."""
+        from hpctrain.rundir import leaves
+
+        for path in paths:
+            if why := leaves(self.run_dir, path):
+                raise HpctrainError(f"refusing to read {path}: {why}")
+
+    def report(self, out: Path | None = None) -> Written:
+        """Figures and report.md of the run (its state polled now; the recorded one if that fails)."""
+        import sys
+
+        import msgspec
+
+        from hpctrain.rundir import RunDir
+        from hpctrain.runs.index import Index
+        from hpctrain.runs.poll import ended, refresh
+
+        tracked = self.record
+        try:
+            (polled,) = refresh(Index(), [tracked])
+        except HpctrainError as err:
+            print(f"hpctrain: warning: state not polled ({err}); showing the recorded one", file=sys.stderr)
+        else:
+            if polled.info is not None:
+                tracked = msgspec.structs.replace(tracked, state=polled.info.state.value)
+        return _report_dir(
+            RunDir(tracked.run_dir),
+            out,
+            title=tracked.name,
+            state=tracked.state,
+            job_id=tracked.job_id or "",
+            ended=ended(tracked),
+            run_id=tracked.run_id,
+        )
+
+    def cancel(self) -> None:
+        """Cancel the run's job (one scheduler call)."""
+        cancel([self])
+
+
+# A log's last lines are looked for in at most this many bytes from its end.
+MAX_TAIL_BYTES = 64 << 20
+
+
+def log_tail(path: Path, lines: int) -> list[str]:
+    """The last `lines` lines of a log, read from a bounded window at its end."""
+    from hpctrain.rundir import TAIL_BYTES, tail_lines
+
+    return tail_lines(path, lines, limit=min(MAX_TAIL_BYTES, max(TAIL_BYTES, lines * 512)))
+
+
+def log_chunk(path: Path, offset: int) -> bytes | None:
+    """The next bounded chunk of a log from `offset` (None or empty: nothing new; a link or FIFO: None)."""
+    from hpctrain.rundir import read_at
+    from hpctrain.runs.logs import CHUNK
+
+    return read_at(path, offset, CHUNK)
+
+
+def wait_all(
+    handles: Sequence[Run],
+    timeout: float | None = None,
+    progress: Callable[[list[RunStatus]], None] | None = None,
+    interval: float | None = None,
+) -> list[RunStatus]:
+    """Poll every run (one batched query per poll) until all have ended; their last statuses.
+    `progress` sees each poll; WaitTimeout after `timeout` seconds; `interval`: the longest delay."""
+    from hpctrain.runs.status import MIN_INTERVAL_S, wait_until_ended
+
+    deadline = None if timeout is None else time.monotonic() + timeout
+
+    def on_poll(statuses: list[RunStatus], done: bool) -> None:
+        if progress is not None:
+            progress(statuses)
+        if not done and deadline is not None and time.monotonic() >= deadline:
+            names = ", ".join(f"job {h.job_id} ({s.state})" for h, s in zip(handles, statuses, strict=True))
+            raise WaitTimeout(f"not ended after {timeout:g} s: {names}")
+
+    return wait_until_ended([h.record for h in handles], on_poll, interval or MIN_INTERVAL_S)
+
+
+def statuses(handles: Sequence[Run], brief: bool = False) -> list[RunStatus]:
+    """One poll of many runs (one scheduler query per backend); `brief`: an ended run that did not fail
+    is read no further than its result (the table of many runs)."""
+    from hpctrain.runs.status import poll_statuses
+
+    return poll_statuses([h.record for h in handles], brief=brief)
+
+
+def cancel(handles: Sequence[Run]) -> None:
+    """Cancel the runs' jobs: one scheduler call per backend."""
+    from hpctrain.runs.index import Index
+    from hpctrain.runs.poll import CANCEL_REQUESTED
+    from hpctrain.scheduler import select_backend
+
+    index = Index()
+    by_backend: dict[str, list[RunRecord]] = {}
+    for handle in handles:
+        if handle.job_id:
+            by_backend.setdefault(handle.record.backend, []).append(handle.record)
+    for backend_name, group in by_backend.items():
+        select_backend(backend_name).cancel([r.job_id for r in group if r.job_id])
+        index.update_states((r, r.state, CANCEL_REQUESTED) for r in group)
+
+
+# ---------------------------------------------------------------------------------------------
+# Sweeps
+# ---------------------------------------------------------------------------------------------
+
+
+def submit_sweep(
+    job: JobSource,
+    site: str,
+    overrides: Sequence[str] = (),
+    grid: Sequence[str] = (),
+    backend: str | None = None,
+    **options: Any,
+) -> Sweep:
+    """Submit the job's sweep (`sweep:` in the spec, plus `grid`: `key=v1,v2`) as job arrays; its handle.
+    `options`: sampler, budget, round_size, random, seed, max_parallel, metric, mode, max_trials (as
+    `hpctrain sweep`'s flags), and `progress` (told what each round of an optuna sweep did; such a
+    sweep runs its rounds before this returns)."""
+    from hpctrain.rundir import home
+    from hpctrain.sweep import plan
+
+    record = plan.submit(job, site, list(overrides), list(grid), backend, **options)
+    return Sweep(home() / "runs" / record.sweep_id, record)
+
+
+def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
+    """The sweeps named by sweep id (or a prefix, or an array's job id), else every tracked sweep.
+    An unknown key raises InputError, unless `require` is false (then it is left out)."""
+    from hpctrain import rundir
+    from hpctrain.runs.index import Index
+    from hpctrain.sweep import plan
+
+    index = Index()
+    if not keys:
+        roots = sorted({r.run_dir for r in index.runs()}, key=str)
+        found = [(root, plan.load(root)) for root in roots]
+        return [Sweep(root, rec) for root, rec in found if isinstance(rec, plan.SweepRecord)]
+    out = []
+    for key in keys:
+        match = plan.find(index, key)
+        if match is None:
+            if require:
+                raise InputError(f"{key} is not a sweep tracked by hpctrain (see `hpctrain sweep status`)")
+            continue
+        root, record = match
+        if isinstance(record, rundir.Unreadable):
+            raise InputError(str(record))
+        out.append(Sweep(root, record))
+    return out
+
+
+def find_sweep(key: str) -> Sweep:
+    """The one sweep a sweep id (or an array's job id) names; InputError when none."""
+    return list_sweeps([key])[0]
+
+
+class Sweep:
+    """A submitted sweep: its record (sweep.json: trials, arrays, metric) and its trials' states."""
+
+    def __init__(self, root: Path, record: SweepRecord) -> None:
+        self.root = root
+        self.record = record
+
+    def __repr__(self) -> str:
+        return f"Sweep(sweep_id={self.sweep_id!r}, trials={len(self.record.trials)})"
+
+    @property
+    def sweep_id(self) -> str:
+        """The sweep's run directory's name."""
+        return self.record.sweep_id
+
+    def status(self) -> SweepStatus:
+        """Every trial's state, metric and step, from one poll; the best trial so far."""
+        return survey([self])[0]
+
+    def trials(self) -> list[TrialStatus]:
+        """Every trial, best first (trials without a metric last)."""
+        status = self.status()
+        return ranked(status.trials, status.mode)
+
+    def best(self) -> TrialStatus | None:
+        """The trial with the best metric so far; None while no trial has one."""
+        return self.status().best
+
+    def wait(
+        self, timeout: float | None = None, progress: Callable[[SweepStatus], None] | None = None
+    ) -> SweepStatus:
+        """Poll until every trial has ended; the last status. WaitTimeout after `timeout` seconds."""
+        from hpctrain.runs.status import MIN_INTERVAL_S
+        from hpctrain.sweep.status import FINAL
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        delay = 1.0
+        while True:
+            status = self.status()
+            if progress is not None:
+                progress(status)
+            if all(t.state in FINAL for t in status.trials):
+                return status
+            if deadline is not None and time.monotonic() >= deadline:
+                raise WaitTimeout(f"sweep {self.sweep_id} not ended after {timeout:g} s: {status.counts}")
+            time.sleep(delay)
+            delay = min(MIN_INTERVAL_S, delay * 2)
+
+    def report(self, out: Path | None = None) -> Written:
+        """The sweep's report: the metric per parameter (`out` may name that FILE.png), trials, best."""
+        from hpctrain.report.sweep import report_sweep
+
+        return report_sweep(self.root, self.record, out)
+
+    def resume(self, progress: Callable[[str], None] | None = None) -> SweepRecord:
+        """Carry on an optuna sweep in the foreground: wait for the trials in flight, ask again those that
+        were cancelled, and run rounds until its budget is spent; `progress` hears what each round did."""
+        from hpctrain.sweep.study import resume
+
+        self.record = resume(self.root, progress)
+        return self.record
+
+    def cancel(self) -> list[str]:
+        """Cancel every array of the sweep (one scheduler call); the array job ids."""
+        from hpctrain.runs.index import Index
+        from hpctrain.runs.poll import CANCEL_REQUESTED
+        from hpctrain.scheduler import select_backend
+
+        ids = [c.job_id for c in self.record.arrays if c.job_id]
+        select_backend(self.record.backend).cancel(ids)
+        index = Index()
+        index.update_states((r, r.state, CANCEL_REQUESTED) for r in index.runs() if r.run_dir == self.root)
+        return ids
+
+
+def ranked(trials: Sequence[TrialStatus], mode: str) -> list[TrialStatus]:
+    """The trials best first by their metric (`mode` min or max); those without one last, by index."""
+    from hpctrain.sweep.status import rank
+
+    return rank(list(trials), mode)
+
+
+def survey(handles: Sequence[Sweep]) -> list[SweepStatus]:
+    """The status of every sweep given, from one poll."""
+    from hpctrain.sweep.status import survey as survey_records
+
+    return survey_records([(h.root, h.record) for h in handles])
+
+
+# ---------------------------------------------------------------------------------------------
+# Reports
+# ---------------------------------------------------------------------------------------------
+
+
+class NothingToReport(HpctrainError):
+    """The key names neither a tracked job or sweep nor a run directory."""
+
+
+def write_report(target: str | Path, out: Path | None = None) -> Written:
+    """Figures (PNG) and a one-page summary (report.md) of a run, an array job or a sweep, named by job id,
+    run id, sweep id or the path of its run directory; `out`: their folder (default: report/ in the run
+    directory). Works on a run still going (a snapshot) and on one that ended; matplotlib draws them."""
+    from hpctrain import rundir
+    from hpctrain.runs.index import Index, check_key
+    from hpctrain.sweep import plan
+
+    key = str(target)
+    path = Path(check_key(key))
+    if key not in (".", "..") and path.is_dir():
+        record = plan.load(path)
+        if isinstance(record, plan.SweepRecord):
+            return Sweep(path, record).report(out)
+        root = rundir.RunDir(path)
+        if {rundir.METRICS, rundir.SPEC, rundir.RESULT} & root.names or root.elements():
+            return _report_dir(root, out, title=path.name, state="", job_id="", ended=True)
+    found = list_sweeps([key], require=False)
+    if found:
+        return found[0].report(out)
+    runs_, _ = Index().find([key])
+    if not runs_:
+        raise NothingToReport(f"{key} is neither a job, run or sweep tracked by hpctrain nor a run directory")
+    return Run(runs_[0]).report(out)
+
+
+def _report_dir(run: RunDir, out: Path | None, **about: str | bool) -> Written:
+    """One run, or the elements of an array job (trials without a sweep) when the root has no metrics."""
+    from hpctrain import rundir
+    from hpctrain.report.build import FOLDER, Trial, report_run, report_trials
+    from hpctrain.report.summary import Subject
+
+    subject = Subject(root=str(run.root), **about)  # type: ignore[arg-type]
+    folder = out or run.root / FOLDER
+    elements = run.elements()
+    if elements and rundir.METRICS not in run.names:
+        trials = [Trial(f"element {i}", run.element(i)) for i in elements]
+        return report_trials(trials, subject, folder)
+    return report_run(run, subject, folder)
+
+
+def __getattr__(name: str) -> Any:
+    """The contract's structs, by name, for type hints (`hpctrain.api.RunStatus`); imported on first use."""
+    module = _STRUCTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'hpctrain.api' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)
+
+
+_STRUCTS: Mapping[str, str] = {
+    "FieldDoc": "hpctrain.spec",
+    "JobSource": "hpctrain.launch.submission",
+    "JobSpec": "hpctrain.spec",
+    "NotTracked": "hpctrain.runs.status",
+    "Resources": "hpctrain.spec",
+    "Train": "hpctrain.spec",
+    "MAX_TRIALS": "hpctrain.spec.sweep",
+    "SAMPLERS": "hpctrain.spec.sweep",
+    "Resolved": "hpctrain.spec",
+    "RunStatus": "hpctrain.runs.status",
+    "Result": "hpctrain.rundir",
+    "MetricLine": "hpctrain.rundir",
+    "REQUIRED": "hpctrain.spec.docs",
+    "SweepStatus": "hpctrain.sweep.status",
+    "TrialStatus": "hpctrain.sweep.status",
+}

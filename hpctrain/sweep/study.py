@@ -1,0 +1,546 @@
+"""Sweeps that learn (sweep.sampler optuna): an Optuna study, kept in the sweep's run directory, proposes
+trials round by round; each round goes out as one job array and its results are told to the study.
+
+The round loop runs on the login side, in the foreground of ``hpctrain sweep`` (and of ``hpctrain sweep
+resume SWEEP``). It holds no state of its own: the study's journal (``study.journal``) and
+``sweep.json`` say everything, so a loop that is stopped (Ctrl-C, a dropped session, `hpctrain sweep
+cancel`) is resumed by running it again. A trial is numbered as the study numbers it, and that number
+is its array-N/ folder. A trial that ends cancelled without being pruned (the sweep was cancelled) is
+failed in the study and its settings are asked again first, so resuming loses no trial and runs none
+twice.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import statistics
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import msgspec
+
+from hpctrain import rundir, spec
+from hpctrain.errors import BackendError, HpctrainError, SpecError
+from hpctrain.rundir import ArrayChunk, Stopped, SweepRecord, Trial
+from hpctrain.rundir import names as file_names
+from hpctrain.spec.sweep import Range
+from hpctrain.sweep import plan
+from hpctrain.sweep.samplers import is_integer
+from hpctrain.sweep.status import FINAL, STOPPED, survey
+
+if TYPE_CHECKING:
+    import optuna
+
+    from hpctrain.rundir import SubmitInfo
+    from hpctrain.runs.index import Index
+    from hpctrain.scheduler.base import Backend
+
+POLL_S = 3.0
+"""Seconds between two polls of a round's array while the loop waits for it."""
+STUDY_NAME = "sweep"
+CANCELLED = "cancelled"
+"""The user attribute of a study trial whose job was cancelled: it is asked again, not counted."""
+
+Progress = Callable[[str], None]
+
+
+class Settings(msgspec.Struct):
+    """study-settings.json: the sweep section as it was given (the trials' own specs carry it without
+    early_stop, which the study's pruner carries out)."""
+
+    sweep: spec.Sweep
+
+
+def require_optuna() -> Any:
+    try:
+        import optuna
+    except ImportError:
+        raise SpecError(
+            "sweep.sampler optuna needs Optuna: pip install 'hpctrain[sweep]' (or pip install optuna)"
+        ) from None
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
+    """The sweep's study, made on first use: TPE (one round of random trials first), proposing the
+    trials of a round apart (constant liar), and the median pruner where early_stop asks for one."""
+    optuna = require_optuna()
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(root / file_names.STUDY_JOURNAL)))
+    sampler = optuna.samplers.TPESampler(
+        seed=chosen.seed, n_startup_trials=chosen.round_size, constant_liar=True, multivariate=True
+    )
+    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+    if chosen.early_stop is not None:
+        pruner = optuna.pruners.MedianPruner(
+            n_startup_trials=chosen.early_stop.min_trials,
+            n_warmup_steps=chosen.early_stop.after_steps,
+            n_min_trials=chosen.early_stop.min_trials,
+        )
+    return optuna.create_study(
+        study_name=STUDY_NAME,
+        storage=storage,
+        sampler=sampler,
+        pruner=pruner,
+        direction="minimize" if chosen.mode == "min" else "maximize",
+        load_if_exists=True,
+    )
+
+
+def distributions(chosen: spec.Sweep) -> dict[str, Any]:
+    """The search space as Optuna's distributions: a list is categorical, a Range an int or a float."""
+    optuna = require_optuna()
+    space: dict[str, Any] = {}
+    for key, dimension in chosen.grid.items():
+        if isinstance(dimension, list):
+            space[key] = optuna.distributions.CategoricalDistribution(dimension)
+        elif is_integer(dimension):
+            space[key] = optuna.distributions.IntDistribution(
+                int(dimension.low), int(dimension.high), log=dimension.log, step=int(dimension.step or 1)
+            )
+        else:
+            space[key] = optuna.distributions.FloatDistribution(
+                float(dimension.low), float(dimension.high), log=dimension.log, step=dimension.step
+            )
+    return space
+
+
+def representative(chosen: spec.Sweep) -> dict[str, Any]:
+    """A point of the space (each list's first value, each range's low end): the sweep root's spec."""
+    return {k: d.low if isinstance(d, Range) else d[0] for k, d in chosen.grid.items()}
+
+
+# ---------------------------------------------------------------------------------------------
+# Start and resume
+# ---------------------------------------------------------------------------------------------
+
+
+def start(
+    prepared: plan.Prepared,
+    backend: Backend,
+    index: Index | None,
+    asked: SubmitInfo,
+    progress: Progress | None = None,
+) -> SweepRecord:
+    """A new optuna sweep: its run directory and study (launch.submission's one submit path, which
+    submits the first round), then its rounds until the budget is spent."""
+    from hpctrain.launch.submission import submit_run
+    from hpctrain.runs.index import Index
+
+    index = index or Index()
+    chosen = prepared.chosen
+    _, (root_spec,) = plan.resolve_points(prepared, [representative(chosen)])
+    record = plan.new_record(chosen, root_spec, backend.name, [], [])
+    first: list[tuple[list[Trial], list[spec.Resolved], ArrayChunk]] = []
+
+    def write(run: rundir.RunDir) -> rundir.RunDir:
+        rundir.write_json(run.root / file_names.STUDY_SETTINGS, Settings(chosen))
+        record.sweep_id = run.root.name
+        study = open_study(run.root, chosen)
+        first.append(_ask_round(study, chosen, prepared, record, run, backend, chosen.budget or 0))
+        return run
+
+    def schedule(run: rundir.RunDir) -> dict[str, str]:
+        chunk = _send(record, run, backend, chosen, *first[0])
+        return {"": chunk.job_id or ""}
+
+    done = submit_run(index, backend, root_spec, asked, write, schedule)
+    if done.error is not None:
+        raise BackendError(f"{done.error} (nothing of the sweep stays queued; see {done.run.run_dir})")
+    _say(progress, f"Sweep {record.sweep_id}: study in {done.run.run_dir}")
+    _say(progress, _round_line(record))
+    return drive(done.run.run_dir, prepared, backend, index, progress)
+
+
+def resume(root: Path, progress: Progress | None = None, index: Index | None = None) -> SweepRecord:
+    """Carry on an optuna sweep from its run directory: wait for the trials in flight, ask again the
+    ones that were cancelled, and run rounds until the budget is spent."""
+    from hpctrain.runs.index import Index
+    from hpctrain.scheduler import select_backend
+
+    prepared = prepared_from(root)
+    record = _load_record(root)
+    return drive(root, prepared, select_backend(record.backend), index or Index(), progress)
+
+
+def prepared_from(root: Path) -> plan.Prepared:
+    """What the sweep's trials are made from, read back from its run directory: its settings, and the
+    root's resolved spec (every swept key is set anew by each trial)."""
+    run = rundir.RunDir(root)
+    settings = rundir.read_json(root / file_names.STUDY_SETTINGS, Settings)
+    if not isinstance(settings, Settings):
+        why = "missing" if settings is None else str(settings)
+        raise SpecError(f"{root}: not an optuna sweep ({file_names.STUDY_SETTINGS}: {why})")
+    asked = rundir.read_json(run.submit_info, rundir.SubmitInfo)
+    if not isinstance(asked, rundir.SubmitInfo):
+        raise SpecError(f"{run.submit_info}: {asked or 'missing'}")
+    resolved = spec.loads(run.spec.read_bytes())
+    base = msgspec.json.encode(msgspec.to_builtins(resolved.job))
+    return plan.Prepared(settings.sweep, base, resolved.site, asked.job, asked.site)
+
+
+def _load_record(root: Path) -> SweepRecord:
+    record = plan.load(root)
+    if not isinstance(record, SweepRecord):
+        raise SpecError(f"{rundir.RunDir(root).sweep}: {record or 'missing'}")
+    return record
+
+
+# ---------------------------------------------------------------------------------------------
+# The round loop
+# ---------------------------------------------------------------------------------------------
+
+
+def drive(
+    root: Path, prepared: plan.Prepared, backend: Backend, index: Index, progress: Progress | None
+) -> SweepRecord:
+    """Rounds until the budget is spent: submit what the study asked, wait for it (one poll of the
+    sweep's arrays per POLL_S) reporting eval lines to the pruner, tell the results, ask more.
+    Returns when the budget is spent, or when a trial was cancelled from outside (the sweep was
+    cancelled: `hpctrain sweep resume` carries on)."""
+    with _one_loop(root):
+        return _drive_locked(root, prepared, backend, index, progress)
+
+
+@contextlib.contextmanager
+def _one_loop(root: Path) -> Iterator[None]:
+    """One round loop per sweep: a second would submit the same asked trials again."""
+    with open(root / file_names.STUDY_LOCK, "a") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise HpctrainError(
+                f"sweep {root.name}: its rounds already run in another `hpctrain sweep` (or `resume`); "
+                "stop that one first"
+            ) from None
+        yield
+
+
+def _drive_locked(
+    root: Path, prepared: plan.Prepared, backend: Backend, index: Index, progress: Progress | None
+) -> SweepRecord:
+    chosen = prepared.chosen
+    study = open_study(root, chosen)
+    record = _load_record(root)
+    # Trials that ended while no loop ran (a cancelled sweep's among them) are told first: their
+    # cancellation was what stopped the last loop, not a reason to stop this one.
+    submitted = [t for t in _in_flight(study) if t.number < len(record.trials)]
+    _wait_round(root, record, study, chosen, backend, submitted, progress, once=True)
+    try:
+        return _rounds(root, prepared, study, backend, index, progress)
+    except KeyboardInterrupt:
+        _say(progress, f"Stopped waiting; the trials in flight go on. Carry on: {resume_command(record)}")
+        raise
+
+
+def _rounds(
+    root: Path,
+    prepared: plan.Prepared,
+    study: optuna.Study,
+    backend: Backend,
+    index: Index,
+    progress: Progress | None,
+) -> SweepRecord:
+    chosen = prepared.chosen
+    run = rundir.RunDir(root)
+    budget = chosen.budget or 0
+    while True:
+        record = _load_record(root)
+        in_flight = _in_flight(study)
+        unsubmitted = [t for t in in_flight if t.number >= len(record.trials)]
+        if unsubmitted:  # asked, then the loop was stopped before their array went out
+            _submit_round(study, chosen, prepared, record, run, backend, index, unsubmitted)
+            _say(progress, _round_line(record))
+            continue
+        if in_flight:
+            if not _wait_round(root, record, study, chosen, backend, in_flight, progress):
+                _say(progress, f"Sweep {record.sweep_id} cancelled; carry on: {resume_command(record)}")
+                return record
+            continue
+        done = counted(study)
+        if done >= budget:
+            break
+        trials, resolved, chunk = _ask_round(study, chosen, prepared, record, run, backend, budget - done)
+        _schedule_round(record, run, backend, index, chosen, trials, resolved, chunk)
+        _say(progress, _round_line(record))
+    _say(progress, _best_line(study, record, chosen))
+    return record
+
+
+def resume_command(record: SweepRecord) -> str:
+    return f"hpctrain sweep resume {record.sweep_id}"
+
+
+def counted(study: optuna.Study) -> int:
+    """Trials that spend the budget: finished, pruned or failed, but not cancelled (asked again)."""
+    from optuna.trial import TrialState
+
+    ended = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+    return sum(1 for t in study.get_trials(deepcopy=False, states=ended) if not t.user_attrs.get(CANCELLED))
+
+
+def _in_flight(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    from optuna.trial import TrialState
+
+    return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+
+
+def _ask_round(
+    study: optuna.Study,
+    chosen: spec.Sweep,
+    prepared: plan.Prepared,
+    record: SweepRecord,
+    run: rundir.RunDir,
+    backend: Backend,
+    room: int,
+) -> tuple[list[Trial], list[spec.Resolved], ArrayChunk]:
+    """Ask the study for a round of trials, resolve them and write their folders (not submitted yet)."""
+    size = min(chosen.round_size, room)
+    space = distributions(chosen)
+    asked = [study.ask(space) for _ in range(size)]
+    return _write_round(asked, chosen, prepared, record, run, backend)
+
+
+def _write_round(
+    asked: list[Any],
+    chosen: spec.Sweep,
+    prepared: plan.Prepared,
+    record: SweepRecord,
+    run: rundir.RunDir,
+    backend: Backend,
+) -> tuple[list[Trial], list[spec.Resolved], ArrayChunk]:
+    first = len(record.trials)
+    numbers = [t.number for t in asked]
+    if numbers != list(range(first, first + len(asked))):
+        raise HpctrainError(
+            f"{run.sweep}: the study's trials {numbers} do not follow the sweep's {first} trials; "
+            "was the study changed by hand?"
+        )
+    trials, resolved = plan.resolve_points(prepared, [dict(t.params) for t in asked], first)
+    env = _env(chosen)
+    if len(plan.group_by_script(resolved, env, backend)) > 1:
+        raise SpecError("sweep.grid: with sampler optuna, the swept keys must not change the batch script")
+    plan.write_trials(run, trials, resolved, env)
+    chunk = ArrayChunk(offset=first, count=len(trials), throttle=chosen.max_parallel)
+    record.trials += trials
+    record.arrays.append(chunk)
+    rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
+    return trials, resolved, chunk
+
+
+def _submit_round(
+    study: optuna.Study,
+    chosen: spec.Sweep,
+    prepared: plan.Prepared,
+    record: SweepRecord,
+    run: rundir.RunDir,
+    backend: Backend,
+    index: Index,
+    asked: list[optuna.trial.FrozenTrial],
+) -> None:
+    trials, resolved, chunk = _write_round(asked, chosen, prepared, record, run, backend)
+    _schedule_round(record, run, backend, index, chosen, trials, resolved, chunk)
+
+
+def _schedule_round(
+    record: SweepRecord,
+    run: rundir.RunDir,
+    backend: Backend,
+    index: Index,
+    chosen: spec.Sweep,
+    trials: list[Trial],
+    resolved: list[spec.Resolved],
+    chunk: ArrayChunk,
+) -> None:
+    """A later round's array: submitted with the signals held, recorded in sweep.json and in the index
+    (as the sweep's `+OFFSET` entry, as a grid sweep's later arrays are)."""
+    from hpctrain.launch.submission import held_signals
+    from hpctrain.rundir.io import private_files
+    from hpctrain.runs.index import Run
+    from hpctrain.scheduler.base import JobState
+
+    with private_files(resolved[0].site.share_with_group), held_signals():
+        _send(record, run, backend, chosen, trials, resolved, chunk)
+        now = time.time()
+        index.add(
+            Run(
+                run_id=f"{record.sweep_id}+{chunk.offset}",
+                job_id=chunk.job_id,
+                name=record.name,
+                site=record.site,
+                backend=backend.name,
+                run_dir=run.root,
+                submitted_at=now,
+                state=JobState.PENDING,
+                state_at=now,
+            )
+        )
+
+
+def _send(
+    record: SweepRecord,
+    run: rundir.RunDir,
+    backend: Backend,
+    chosen: spec.Sweep,
+    trials: list[Trial],
+    resolved: list[spec.Resolved],
+    chunk: ArrayChunk,
+) -> ArrayChunk:
+    """A round's array to the scheduler, and its job id into sweep.json."""
+    by_number = dict(zip((t.index for t in trials), resolved, strict=True))
+    plan.submit_chunks(record, [chunk], by_number, _env(chosen), run, backend)
+    rundir.write_json(run.sweep, record)
+    return chunk
+
+
+def _wait_round(
+    root: Path,
+    record: SweepRecord,
+    study: optuna.Study,
+    chosen: spec.Sweep,
+    backend: Backend,
+    in_flight: list[optuna.trial.FrozenTrial],
+    progress: Progress | None,
+    once: bool = False,
+) -> bool:
+    """Until every trial in flight is told (`once`: one look); False when one of them was cancelled
+    from outside."""
+    waiting = {t.number: t for t in in_flight}
+    intact = True
+    while waiting:
+        (summary,) = survey([(root, record)])
+        for number in list(waiting):
+            status = summary.trials[number]
+            if status.state in FINAL:
+                intact &= _tell(study, waiting.pop(number), status, progress)
+            elif status.state == "RUNNING" and _prune_if_behind(
+                root, record, study, chosen, backend, waiting[number], status
+            ):
+                waiting.pop(number)
+                _say(progress, f"  trial {number} pruned at step {status.step}")
+        if once:
+            break
+        if waiting:
+            time.sleep(POLL_S)
+    return intact
+
+
+def _tell(
+    study: optuna.Study, trial: optuna.trial.FrozenTrial, status: Any, progress: Progress | None
+) -> bool:
+    """Tell the study how a finished trial ended; False if it was cancelled (then asked again)."""
+    from optuna.trial import TrialState
+
+    if status.state == "COMPLETED" and status.metric is not None:
+        study.tell(trial.number, status.metric)
+        _say(progress, f"  trial {trial.number}: {status.metric:.4g} ({plan.describe(trial.params)})")
+        return True
+    if status.state == STOPPED:  # pruned, but the loop stopped before it told the study
+        study.tell(trial.number, state=TrialState.PRUNED)
+        return True
+    cancelled = status.state == "CANCELLED"
+    why = "cancelled" if cancelled else f"{status.state}: {status.problem or status.reason or 'no metric'}"
+    live = _reopened(study, trial)
+    live.set_user_attr("ended", why)
+    if cancelled:
+        live.set_user_attr(CANCELLED, True)
+    study.tell(live, state=TrialState.FAIL)
+    if cancelled:
+        study.enqueue_trial(dict(trial.params), user_attrs={"asked_again_for": trial.number})
+    _say(progress, f"  trial {trial.number} {why}" + (": asked again on resume" if cancelled else ""))
+    return not cancelled
+
+
+def _prune_if_behind(
+    root: Path,
+    record: SweepRecord,
+    study: optuna.Study,
+    chosen: spec.Sweep,
+    backend: Backend,
+    frozen: optuna.trial.FrozenTrial,
+    status: Any,
+) -> bool:
+    """Report the trial's new eval lines to the study; if the pruner ends it, cancel its array task
+    (through the backend), record why in its stopped.json, and tell the study."""
+    from optuna.trial import TrialState
+
+    if chosen.early_stop is None:
+        return False
+    element = rundir.RunDir(root).element(frozen.number)
+    field = {"eval_loss": "loss", "eval_accuracy": "accuracy"}.get(chosen.metric)
+    if field is None:
+        return False
+    trial = _reopened(study, frozen)
+    # The values reported at earlier polls: the study's own trial (get_trials is in number order),
+    # not `frozen`, which is as the round started.
+    reported = dict(study.get_trials(deepcopy=False)[frozen.number].intermediate_values)
+    for line in element.read_metrics(head=0, tail=200):
+        value = getattr(line, field, None) if isinstance(line, rundir.EvalLine) else None
+        if value is not None and line.step not in reported:
+            trial.report(value, line.step)
+            reported[line.step] = value
+    if not reported or not trial.should_prune():
+        return False
+    step = max(reported)
+    peers = [
+        t.intermediate_values[step]
+        for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))
+        if step in t.intermediate_values
+    ]
+    median = statistics.median(peers) if peers else float("nan")
+    chunk = record.chunk_of(frozen.number)
+    backend.cancel([f"{chunk.job_id}_{frozen.number - chunk.offset}"])
+    rundir.write_json(
+        element.stopped,
+        Stopped(
+            step=step,
+            metric=chosen.metric,
+            value=reported[step],
+            median=median,
+            peers=len(peers),
+            reason=f"pruned by the study: {chosen.metric} {reported[step]:.4g} at step {step}, "
+            f"worse than the median {median:.4g} of {len(peers)} finished trials",
+        ),
+    )
+    study.tell(frozen.number, state=TrialState.PRUNED)
+    return True
+
+
+def _reopened(study: optuna.Study, frozen: optuna.trial.FrozenTrial) -> optuna.Trial:
+    """A trial in flight, as ask() gave it: a loop that resumes has only the stored (frozen) trial,
+    and Optuna reopens one by its storage id."""
+    optuna = require_optuna()
+    return optuna.Trial(study, frozen._trial_id)
+
+
+def _env(chosen: spec.Sweep) -> list[str]:
+    return plan.swept_env(chosen)
+
+
+def _round_line(record: SweepRecord) -> str:
+    chunk = record.arrays[-1]
+    return f"  round: trials {chunk.offset}-{chunk.offset + chunk.count - 1} as job {chunk.job_id}"
+
+
+def _best_line(study: optuna.Study, record: SweepRecord, chosen: spec.Sweep) -> str:
+    try:
+        best = study.best_trial
+    except ValueError:
+        return f"Sweep {record.sweep_id} done: no trial finished with a {chosen.metric}"
+    return (
+        f"Sweep {record.sweep_id} done: best {chosen.metric} {best.value:.4g} "
+        f"(trial {best.number}: {plan.describe(best.params)})"
+    )
+
+
+def _say(progress: Progress | None, line: str) -> None:
+    if progress is not None:
+        progress(line)
+        sys.stdout.flush()

@@ -1,0 +1,146 @@
+#!/usr/bin/env python3
+"""Write the Python API reference and the worked example into docs/python-api.md (--check: verify).
+
+The reference is read off hpctrain.api: every name of its `__all__`, with its signature and docstring
+(a constant or alias: the docstring under its assignment). The worked example is the text of
+hpctrain/examples/pipeline.py, the script tests/integration/test_python_api.py runs on the local cluster.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import inspect
+import itertools
+import sys
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from hpctrain import api  # noqa: E402 - needs ROOT on sys.path
+
+DOC = ROOT / "docs" / "python-api.md"
+EXAMPLE = ROOT / "hpctrain" / "examples" / "pipeline.py"
+BEGIN = "<!-- BEGIN GENERATED: {name}, by scripts/gen-api-docs.py from {source} -->"
+END = "<!-- END GENERATED: {name} -->"
+PREAMBLE = "# Python API\n"
+
+
+def assigned_docs(path: Path) -> dict[str, str]:
+    """The docstring written under each module-level assignment (`NAME = ...` then a string)."""
+    body = ast.parse(path.read_text(encoding="utf-8")).body
+    out = {}
+    for node, after in itertools.pairwise(body):
+        targets = node.targets if isinstance(node, ast.Assign) else []
+        if isinstance(node, ast.AnnAssign):
+            targets = [node.target]
+        if (
+            targets
+            and isinstance(targets[0], ast.Name)
+            and isinstance(after, ast.Expr)
+            and isinstance(after.value, ast.Constant)
+            and isinstance(after.value.value, str)
+        ):
+            out[targets[0].id] = after.value.value
+    return out
+
+
+def text(doc: str | None) -> str:
+    return inspect.cleandoc(doc or "").strip()
+
+
+def signature(name: str, thing: Any) -> str:
+    """`name(param: annotation = default, ...) -> annotation`, the annotations as the source spells them."""
+    found = inspect.signature(thing)
+    params = []
+    for param in found.parameters.values():
+        shown = "**" if param.kind is param.VAR_KEYWORD else "*" if param.kind is param.VAR_POSITIONAL else ""
+        shown += param.name
+        if param.annotation is not param.empty:
+            shown += f": {param.annotation}"
+        if param.default is not param.empty:
+            shown += f" = {param.default!r}"
+        params.append(shown)
+    returns = "" if found.return_annotation is found.empty else f" -> {found.return_annotation}"
+    return f"{name}({', '.join(params)}){returns}"
+
+
+def entry(name: str, thing: Any, assigned: dict[str, str]) -> str:
+    """One name's reference: a heading, its signature, its docstring; a class with its public members."""
+    if name in assigned:  # a constant or an alias (`JobSource = Any` is no class of the API's)
+        value = f"\n\nValue: `{thing!r}`" if isinstance(thing, tuple | str | int) else ""
+        return f"### `{name}`\n\n{text(assigned[name])}{value}\n"
+    if inspect.isclass(thing):
+        if issubclass(thing, BaseException):
+            return f"### `{name}` (exception)\n\n{text(thing.__doc__)}\n"
+        parts = [f"### `{name}`\n\n{text(thing.__doc__)}\n"]
+        for member, value in vars(thing).items():
+            if member.startswith("_"):
+                continue
+            if isinstance(value, property):
+                parts.append(f"- `{name}.{member}` (property): {text(value.__doc__) or member}")
+            elif inspect.isfunction(value):
+                doc = text(value.__doc__).replace("\n", " ")
+                parts.append(f"- `{name}.{signature(member, value)}`: {doc}")
+        return "\n".join(parts) + "\n"
+    return f"### `{signature(name, thing)}`\n\n{text(thing.__doc__)}\n"
+
+
+def reference() -> str:
+    # The API's own constants and aliases, and those it takes from where they are defined.
+    sources = [ROOT / "hpctrain" / "scheduler" / "base.py", ROOT / "hpctrain" / "launch" / "submission.py"]
+    defined = {name: doc for path in sources for name, doc in assigned_docs(path).items()}
+    assigned = {**defined, **assigned_docs(Path(api.__file__))}
+    assigned = {name: doc for name, doc in assigned.items() if name in api.__all__}
+
+    def place(name: str) -> tuple[bool, bool, str]:  # classes, then functions, then constants
+        return name in assigned, not inspect.isclass(getattr(api, name)), name.lower()
+
+    order = sorted(api.__all__, key=place)
+    return "\n".join(entry(name, getattr(api, name), assigned) for name in order)
+
+
+def example() -> str:
+    return "```python\n" + EXAMPLE.read_text(encoding="utf-8") + "```\n"
+
+
+SECTIONS = {
+    "worked example": ("hpctrain/examples/pipeline.py", example),
+    "reference": ("hpctrain/api.py", reference),
+}
+
+
+def updated(current: str | None) -> str:
+    """The file's text with each generated section replaced (or appended when it has none yet)."""
+    out = current if current is not None else PREAMBLE
+    for name, (source, make) in SECTIONS.items():
+        begin, end = BEGIN.format(name=name, source=source), END.format(name=name)
+        section = f"{begin}\n\n{make()}\n{end}\n"
+        start, stop = out.find(begin), out.find(end)
+        if start < 0 or stop < start:
+            out = out.rstrip("\n") + "\n\n" + section
+        else:
+            out = out[:start] + section + out[stop + len(end) :].removeprefix("\n")
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
+    args = parser.parse_args(argv)
+    current = DOC.read_text(encoding="utf-8") if DOC.exists() else None
+    wanted = updated(current)
+    if current == wanted:
+        return 0
+    if args.check:
+        print(f"{DOC.relative_to(ROOT)} is stale: run python scripts/gen-api-docs.py", file=sys.stderr)
+        return 1
+    DOC.write_text(wanted, encoding="utf-8")
+    print(f"wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

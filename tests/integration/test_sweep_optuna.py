@@ -1,0 +1,167 @@
+"""Optuna sweeps on the real local Slurm cluster: rounds of trials as one array each, the study told each
+trial's result; a sweep cancelled mid-way and resumed carries its study on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpctrain import rundir, spec
+from hpctrain.rundir import names
+from tests.conftest import JOBS, REPO, run_cli
+from tests.integration.cluster import require_cluster
+
+optuna = pytest.importorskip("optuna", reason="sweep.sampler optuna needs the `sweep` extra (optuna)")
+
+pytestmark = pytest.mark.cluster
+
+HERE = Path(__file__).resolve().parent
+JOB = str(JOBS / "digits-optuna.yaml")
+QUEUE_TIMEOUT = 600  # the cluster is shared: trials may wait behind other tests' jobs
+QUICK = ["--set", "train.steps=20", "--set", "train.eval_every=10"]
+# About 10 s a trial: time to cancel the sweep while a round runs.
+SLOW = [
+    "--set",
+    "train.entrypoint=_runtime_job:slow_digits",
+    "--set",
+    "train.options.delay_s=0.2",
+    "--set",
+    "train.steps=40",
+    "--set",
+    "train.eval_every=10",
+    "--set",
+    f"env.PYTHONPATH={REPO}{os.pathsep}{HERE}",
+]
+SUBMITTED: list[str] = []
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> Iterator[None]:
+    """The cluster must be up; a failed test leaves none of its arrays behind on the shared cluster."""
+    require_cluster()
+    yield
+    if SUBMITTED:
+        subprocess.run(["scancel", *SUBMITTED], check=False)
+        SUBMITTED.clear()
+
+
+def sweep_status(key: str | None = None) -> list[dict[str, Any]]:
+    proc = run_cli("sweep", "status", *([key] if key else []), "--json")
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout)
+    SUBMITTED.extend(a.split()[0] for s in found for a in s["arrays"])
+    return found
+
+
+def load_study(root: Path) -> Any:
+    from optuna.storages import JournalStorage
+    from optuna.storages.journal import JournalFileBackend
+
+    storage = JournalStorage(JournalFileBackend(str(root / names.STUDY_JOURNAL)))
+    return optuna.load_study(study_name="sweep", storage=storage)
+
+
+def ran_with(element: Path) -> dict[str, Any]:
+    """What the trial trained with: its learning rate from its metrics lines, the rest from its own
+    recorded spec."""
+    lines = [json.loads(x) for x in (element / rundir.METRICS).read_text().splitlines()]
+    train = spec.loads((element / rundir.SPEC).read_bytes()).job.train
+    return {
+        "train.lr": next(m["lr"] for m in lines if m["kind"] == "train"),
+        "train.batch_size": train.batch_size,
+        "train.options.hidden": train.options["hidden"],
+        "train.options.dropout": train.options["dropout"],
+    }
+
+
+def check_told_trials(root: Path, study: Any) -> None:
+    """Every finished study trial ran in its own array-N/ with the study's values, and the study was
+    told the eval loss of its result."""
+    for trial in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,)):
+        element = root / names.ARRAY_ELEMENT.name(trial.number)
+        assert ran_with(element) == pytest.approx(trial.params)
+        result = rundir.read_json(element / rundir.RESULT, rundir.Result)
+        assert isinstance(result, rundir.Result) and result.status == "completed", result
+        assert trial.value == pytest.approx(result.eval_loss)
+
+
+def test_an_optuna_sweep_of_digits_finishes_in_rounds_of_one_array(hpctrain_home: Path) -> None:
+    args = ["--site", "local", "--budget", "6", "--round-size", "3", *QUICK, "--json"]
+    proc = run_cli("sweep", JOB, *args, timeout=QUEUE_TIMEOUT)
+    assert proc.returncode == 0, proc.stderr
+    submitted = json.loads(proc.stdout)
+    SUBMITTED.extend(a["job_id"] for a in submitted["arrays"])
+    root = Path(submitted["run_dir"])
+    assert [(a["offset"], a["count"]) for a in submitted["arrays"]] == [(0, 3), (3, 3)]
+
+    (summary,) = sweep_status(submitted["sweep_id"])
+    assert summary["counts"] == {"COMPLETED": 6}, summary["trials"]
+    study = load_study(root)
+    assert [t.number for t in study.get_trials()] == list(range(6))
+    assert all(t.state == optuna.trial.TrialState.COMPLETE for t in study.get_trials())
+    check_told_trials(root, study)
+    assert summary["best"]["index"] == study.best_trial.number
+    assert summary["best"]["metric"] == pytest.approx(study.best_value)
+
+
+def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> None:
+    args = ["--site", "local", "--budget", "5", "--round-size", "2", *SLOW]
+    loop = subprocess.Popen(
+        [sys.executable, "-m", "hpctrain.cli.main", "sweep", JOB, *args],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # Cancel once the second round is out and the first told.
+        deadline = time.monotonic() + QUEUE_TIMEOUT
+        while True:
+            assert loop.poll() is None, loop.communicate()
+            assert time.monotonic() < deadline, sweep_status()
+            found = sweep_status()
+            if found and len(found[0]["trials"]) >= 4:
+                break
+            time.sleep(1)
+        (summary,) = found
+        cancel = run_cli("sweep", "cancel", summary["sweep_id"])
+        assert cancel.returncode == 0, cancel.stderr
+        out, err = loop.communicate(timeout=120)
+    finally:
+        if loop.poll() is None:
+            loop.kill()
+    assert loop.returncode == 0, err
+    assert f"carry on: hpctrain sweep resume {summary['sweep_id']}" in out
+    root = hpctrain_home / "runs" / summary["sweep_id"]
+    before = load_study(root)
+    cancelled = [t for t in before.get_trials() if t.user_attrs.get("cancelled")]
+    assert [t.number for t in cancelled] == [2, 3], [(t.number, t.state) for t in before.get_trials()]
+    assert len(before.get_trials(states=(optuna.trial.TrialState.COMPLETE,))) == 2
+
+    resumed = run_cli("sweep", "resume", summary["sweep_id"], "--json", timeout=QUEUE_TIMEOUT)
+    assert resumed.returncode == 0, resumed.stderr
+    study = load_study(root)
+    trials = study.get_trials()
+    # The count carries on: the cancelled trials' settings are asked again as 4 and 5, then 6.
+    assert [t.number for t in trials] == list(range(7))
+    complete = [t.number for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
+    assert complete == [0, 1, 4, 5, 6]
+    assert [trials[4].params, trials[5].params] == [trials[2].params, trials[3].params]
+    check_told_trials(root, study)
+    record = rundir.read_json(root / names.SWEEP, rundir.SweepRecord)
+    assert isinstance(record, rundir.SweepRecord)
+    SUBMITTED.extend(c.job_id for c in record.arrays if c.job_id)
+    # One folder per study trial, none twice: the sweep's trials are the study's.
+    assert [t.index for t in record.trials] == list(range(7))
+    assert [(c.offset, c.count) for c in record.arrays] == [(0, 2), (2, 2), (4, 2), (6, 1)]
+    assert sorted(p.name for p in root.glob("array-*")) == sorted(
+        names.ARRAY_ELEMENT.name(i) for i in range(7)
+    )

@@ -1,0 +1,132 @@
+"""Memory checkpoints: the choice of copies (pure), the peer pairing, and a 4-rank save and restore."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from hpctrain.runtime.memory_checkpoint import Copy, auto_interval, choose, peer_of, private_folder
+
+HOSTS = ["n1", "n1", "n2", "n2"]
+
+
+def copies(step: int, holders: dict[int, list[str]], world: int = 4, layout: str = "ddp") -> list[Copy]:
+    """Copies of `step`: origin rank -> the nodes whose memory holds it (ranks 0, 1 ran on n1)."""
+    return [
+        Copy(step, rank, world, layout, HOSTS[rank] if rank < len(HOSTS) else "n9", holder)
+        for rank, nodes in holders.items()
+        for holder in nodes
+    ]
+
+
+EVERYWHERE = {0: ["n1", "n2"], 1: ["n1", "n2"], 2: ["n2", "n1"], 3: ["n2", "n1"]}
+
+
+def test_peers_are_on_the_next_node_and_none_on_a_single_node() -> None:
+    assert [peer_of(HOSTS, r) for r in range(4)] == [2, 3, 0, 1]
+    assert [peer_of(["a", "b", "c"], r) for r in range(3)] == [1, 2, 0]
+    assert peer_of(["a", "a"], 0) is None
+
+
+def test_each_rank_reads_its_own_copy_when_its_node_kept_it() -> None:
+    plan = choose(copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=3)
+    assert plan is not None and plan.step == 7
+    assert plan.origin == (0, 1, 2, 3) and plan.holder == (0, 1, 2, 3) and plan.peer == (False,) * 4
+
+
+def test_a_lost_nodes_ranks_get_the_peer_copy() -> None:
+    only_n1 = {rank: ["n1"] for rank in range(4)}  # n2 came back without its memory
+    plan = choose(copies(7, only_n1), HOSTS, "ddp", False, newer_than=3)
+    assert plan is not None and plan.holder == (0, 1, 0, 0) and plan.peer == (False, False, True, True)
+
+
+def test_an_incomplete_step_falls_back_to_the_one_before() -> None:
+    half = {0: ["n1"], 1: ["n1"]}  # killed in the middle of the step-9 save
+    plan = choose(copies(9, half) + copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=3)
+    assert plan is not None and plan.step == 7
+
+
+def test_memory_not_newer_than_disk_is_not_used() -> None:
+    assert choose(copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=7) is None
+    assert choose(copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=None) is not None
+
+
+def test_another_world_needs_a_replicated_layout() -> None:
+    shrunk = ["n1", "n1"]
+    assert choose(copies(7, EVERYWHERE), shrunk, "ddp", False, newer_than=3) is None
+    plan = choose(copies(7, EVERYWHERE), shrunk, "ddp", True, newer_than=3)
+    assert plan is not None and plan.origin == (0, 0) and plan.holder == (0, 1)
+    assert choose(copies(7, EVERYWHERE), HOSTS, "pp", False, newer_than=3) is None  # saved as ddp
+
+
+def test_a_memory_folder_open_to_others_is_refused(tmp_path: Path) -> None:
+    assert private_folder(tmp_path / "mine")
+    (tmp_path / "open").mkdir(mode=0o755)
+    os.chmod(tmp_path / "open", 0o755)
+    assert not private_folder(tmp_path / "open")
+    (tmp_path / "link").symlink_to(tmp_path / "mine")
+    assert not private_folder(tmp_path / "link")
+
+
+def run_world(tmp_path: Path, run_dir: Path, what: str) -> None:
+    store = tmp_path / f"store-{what}"
+    env = {**os.environ, "HPCTRAIN_MEMORY_DIR": str(tmp_path / "shm"), "OMP_NUM_THREADS": "1"}
+    helper = Path(__file__).with_name("_memory_ranks.py")
+    ranks = [
+        subprocess.Popen([sys.executable, str(helper), str(run_dir), str(store), str(rank), what], env=env)
+        for rank in range(4)
+    ]
+    assert [proc.wait(timeout=240) for proc in ranks] == [0, 0, 0, 0]
+
+
+@pytest.mark.timeout(600)
+def test_a_lost_nodes_ranks_restore_from_the_peer_copy_not_from_disk(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (tmp_path / "shm").mkdir()
+    run_world(tmp_path, run_dir, "save")
+    [root] = (tmp_path / "shm").iterdir()
+    assert oct(root.stat().st_mode & 0o777) == "0o700"
+    [folder] = root.iterdir()
+    held = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("copy-*.pt"))
+    assert held == [f"{node}/step-00000007/copy-{r}.pt" for node in ("n1", "n2") for r in range(4)]
+    assert all(p.stat().st_mode & 0o777 == 0o600 for p in folder.rglob("copy-*.pt"))
+    shutil.rmtree(folder / "n2")  # n2 lost its power, and its memory with it
+    run_world(tmp_path, run_dir, "restore")
+    got = [torch.load(run_dir / f"restored-{r}.pt", weights_only=False) for r in range(4)]
+    assert [g["step"] for g in got] == [7] * 4
+    for g in got[1:]:
+        assert torch.equal(g["weight"], got[0]["weight"])
+    [restored] = [fields for event, fields in got[0]["events"] if event == "restored"]
+    assert restored["source"] == "peer_memory" and restored["disk_step"] == 3 and restored["peer_copies"] == 2
+
+
+@pytest.mark.parametrize(
+    ("blocked_s", "step_s", "interval"),
+    [(0.005, 0.15, 4), (0.5, 1.0, 50), (0.0, 0.1, 1), (0.01, 0.0, 1), (60.0, 0.1, 1000)],
+)
+def test_the_automatic_interval_keeps_the_wait_under_one_percent(
+    blocked_s: float, step_s: float, interval: int
+) -> None:
+    assert auto_interval(blocked_s, step_s) == interval
+
+
+def test_run_folders_no_save_touched_for_hours_are_removed_and_the_current_one_kept(tmp_path: Path) -> None:
+    from hpctrain.runtime.memory_checkpoint import STALE_AFTER_S, remove_stale
+
+    current, recent, stale = (tmp_path / name for name in ("current", "recent", "stale"))
+    for folder in (current, recent, stale):
+        (folder / "node1" / "step-5").mkdir(parents=True)
+    now = time.time()
+    old = now - STALE_AFTER_S - 60
+    for path in (stale, stale / "node1", current, current / "node1"):
+        os.utime(path, (old, old))
+    assert remove_stale(tmp_path, keep=current, now=now) == [stale]
+    assert current.is_dir() and recent.is_dir() and not stale.exists()
