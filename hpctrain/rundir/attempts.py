@@ -281,7 +281,7 @@ class _SpecPart(msgspec.Struct):
 
 def run_summary(run: RunDir) -> RestartSummary | None:
     """The restart summary of a run directory; None when no attempt was recorded (a local run, an
-    old run, a parameter-server hetjob)."""
+    old run)."""
     if ATTEMPTS not in run.names:
         return None
     history = History.read(run)

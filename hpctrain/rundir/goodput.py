@@ -213,7 +213,8 @@ def _fill(parts: Parts, seconds: dict[str, float]) -> None:
 
 def _attempts(lines: list[AttemptLine], metrics: list[TrainLine | EventLine]) -> list[_Attempt]:
     """Each attempt with its start and end lines and the metrics lines written during it. A run
-    without attempts.jsonl (a parameter-server hetjob) is one attempt that began with its runtime."""
+    without attempts.jsonl (a parameter-server hetjob of an older hpctrain) is one attempt that
+    began with its runtime."""
     found: list[_Attempt] = []
     by_number: dict[int, _Attempt] = {}
     for line in lines:

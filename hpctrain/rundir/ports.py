@@ -9,7 +9,7 @@ anyway ends the attempt as a launch fault, and the next attempt gets another por
 Every place that picks a rendezvous port uses this rule: the batch script (``python -m
 hpctrain.rundir.ports JOB_ID ATTEMPT`` prints ``TRAINING_PORT PREFLIGHT_PORT``, read on the batch
 node), the supervisor for each attempt, the doctor's preflight job, and the runtime when the batch
-script set no port (parameter-server jobs run their one step on attempt 0's ports). Torch-free and
+script set no port (MASTER_PORT missing: attempt 0's ports). Torch-free and
 in the shared column, since both the allocation side and the login side need it.
 """
 

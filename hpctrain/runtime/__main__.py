@@ -99,8 +99,7 @@ def main() -> int:
 
 
 def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signalled: threading.Event) -> int:
-    if resolved.parallel.ps is None:  # before the torch import: startup is a phase the watchdog times
-        heartbeat.start_rank(run_dir, info, resolved)
+    heartbeat.start_rank(run_dir, info, resolved)  # before the torch import: the watchdog times startup
     import torch
     import torch.distributed as dist
 
@@ -108,6 +107,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         from hpctrain.runtime import ps
 
         ps.run(resolved, info, run_dir)
+        heartbeat.finish()
         return 0
     from hpctrain.runtime.train import Trainer
 

@@ -152,6 +152,12 @@ class RankHeartbeat:
         except OSError as error:  # a full or flaky shared filesystem must not end training
             log.warning("heartbeat of node %s not written: %s", where.node, error)
 
+    def leave(self) -> None:
+        """Free this rank's slot and write the node's file without it, lease or not: a rank that
+        finished before the others (a parameter-server worker) then no longer looks silent there."""
+        IDENT.pack_into(self._map, self._offset, bytes(4), -1, 0)
+        self.write_node_file(time.time())
+
     def run_ticker(self) -> None:
         while not self._stop.wait(TICK_S):
             self.tick(time.time())
@@ -179,6 +185,7 @@ def finish() -> None:
     if _current is None:
         return
     _current.stop()
+    _current.leave()
     where = _current.where
     remove_node_files(where.run_dir, where.job_id, where.attempt, where.node)
     _current = None
@@ -229,10 +236,14 @@ def start_rank(run_dir: Path, info: DistInfo, resolved: Resolved) -> RankHeartbe
     """This rank's heartbeat when the job's watchdog is on."""
     if not resolved.job.watchdog.enabled:
         return None
+    # A hetjob numbers its tasks per component (SLURM_LOCALID): a server and a worker sharing a
+    # node would share a slot, so the workers' slots come after every server's.
+    ps = resolved.parallel.ps
+    slot = info.local_rank + (ps.servers if ps is not None and info.rank >= ps.servers else 0)
     return start(
         run_dir,
         info.rank,
-        info.local_rank,
+        slot,
         info.hostname,
         info.job_id,
         resolved.job.watchdog.heartbeat_interval,

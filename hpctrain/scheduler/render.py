@@ -303,8 +303,8 @@ def context(
         "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "files": template_files(),
         "preflight": preflight and not heterogeneous,
-        # Parameter-server steps write no heartbeats (a dead worker is not a hang there).
-        "watchdog": job.watchdog.enabled and ps is None,
+        # Parameter-server steps too: the watchdog gives up on a lost worker alone (supervisor/components.py).
+        "watchdog": job.watchdog.enabled,
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),

@@ -141,6 +141,10 @@ class ParameterServer(Base):
     worker its batch with its reply.
     """
 
+    def component(self, rank: int) -> str:
+        """`server 0` or `worker 1`: what global rank `rank` is (ranks 0..servers-1 serve, the rest work)."""
+        return f"server {rank}" if rank < self.servers else f"worker {rank - self.servers}"
+
     def __post_init__(self) -> None:
         if self.mem is not None:
             settle(self, "mem", spec_memory)

@@ -62,6 +62,7 @@ from hpctrain.scheduler.slurm.nodes import (
     slurmd_unreachable,
 )
 from hpctrain.spec.job import Restart
+from hpctrain.supervisor.components import Components
 
 # When this process started: `begin` runs first thing in an allocation, so this dates the allocation.
 ALLOCATED = round(time.time(), 3)
@@ -78,6 +79,7 @@ PEER_LOST = (
     "Connection refused",
     "remote process exited",
     "NCCL communicator was aborted",
+    "stopped answering",  # a parameter-server worker whose server is gone (runtime/ps)
 )
 # A rendezvous store that could not bind its port (torch's TCPStore: "... name: EADDRINUSE ...").
 PORT_TAKEN = ("EADDRINUSE", "address already in use")
@@ -147,8 +149,11 @@ def end_line(start: AttemptLine, outcome: str, reason: str = "", **fields: objec
     )
 
 
-def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLine:
-    """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached."""
+def classify(
+    end: StepEnd, attempt: AttemptLine, history: History, components: Components = Components()
+) -> AttemptLine:
+    """The end line of `attempt`: its outcome, why, the nodes to blame and the step it reached.
+    Ranks are named by `components` ("server 0 (rank 0)" in a parameter-server job)."""
 
     def ended(outcome: str, reason: str = "", **fields: object) -> AttemptLine:
         return end_line(attempt, outcome, reason, **fields)
@@ -182,7 +187,7 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
     raised = [f for f in end.failures if not any(words in f.error for words in PEER_LOST)]
     if silent and not raised:
         # kill -9 and the OOM killer leave no report; the ranks that do report only lost their peer.
-        ranks = ", ".join(f"rank {task.rank} on {task.node}" for task in silent[:4])
+        ranks = ", ".join(f"{components.name(task.rank)} on {task.node}" for task in silent[:4])
         peers = f"; {len(end.failures)} other rank(s) then lost their peer" if end.failures else ""
         reason = f"{ranks}: {silent[0].error} (a signal from outside: kill -9, the OOM killer?){peers}"
         nodes = sorted({task.node for task in silent if task.node})
@@ -194,7 +199,7 @@ def classify(end: StepEnd, attempt: AttemptLine, history: History) -> AttemptLin
             reason = f"{first.error[:200]} at step {where} again: a bug, not a fault"
             return ended(Outcome.FAILED, reason, step=where, error=first.error[:500])
         when = f" {where_in_training(where)}" if where is not None and where < 0 else ""
-        reason = f"rank {first.rank} on {first.hostname or '?'}{when}: {first.error[:200]}"
+        reason = f"{components.name(first.rank)} on {first.hostname or '?'}{when}: {first.error[:200]}"
         nodes = [first.hostname] if first.hostname else []
         return ended(Outcome.RANK_FAILURE, reason, step=where, error=first.error[:500], failed_nodes=nodes)
     return ended(Outcome.RANK_FAILURE, f"step exited with code {end.status}", step=step)
@@ -265,13 +270,43 @@ def answering_again(nodes: list[str]) -> list[str]:
     ]
 
 
+def het_groups(env: dict[str, str] | None = None) -> dict[str, int]:
+    """The component of each node of a heterogeneous job ({} for any other job): srun from the
+    batch script reaches a node of another component only with its --het-group."""
+    env = dict(os.environ) if env is None else env
+    prefix = "SLURM_JOB_NODELIST_HET_GROUP_"
+    groups: dict[str, int] = {}
+    for key, nodelist in sorted(env.items()):
+        if key.startswith(prefix) and key[len(prefix) :].isdigit():
+            for node in hostnames(nodelist):
+                groups.setdefault(node, int(key[len(prefix) :]))
+    return groups
+
+
+def het_job_ids(env: dict[str, str] | None = None) -> list[str]:
+    """A heterogeneous job's component job ids, in component order ([] for any other job): a step
+    over every component has a part under each id."""
+    env = dict(os.environ) if env is None else env
+    prefix = "SLURM_JOB_ID_HET_GROUP_"
+    found = {
+        int(k[len(prefix) :]): v
+        for k, v in env.items()
+        if k.startswith(prefix) and k[len(prefix) :].isdigit()
+    }
+    return [found[group] for group in sorted(found) if found[group].isdigit()]
+
+
 def lost_nodes(nodes: list[str], allocation: list[str]) -> list[str]:
     """Nodes of the attempt that are gone: out of the allocation, marked dead, or not answering."""
     records = node_records(nodes)
     gone = [n for n in nodes if n not in allocation or is_dead(records.get(n, {}).get("State", ""))]
     rest = [n for n in nodes if n not in gone]
+    groups = het_groups()
     with ThreadPoolExecutor(max_workers=min(16, len(rest) or 1)) as pool:
-        replies = pool.map(lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S), rest)
+        replies = pool.map(
+            lambda node: answers(node, records.get(node, {}), PROBE_TIMEOUT_S, het_group=groups.get(node)),
+            rest,
+        )
         silent = [n for n, ok in zip(rest, replies, strict=True) if not ok]
     return sorted(gone + silent)
 
@@ -397,6 +432,7 @@ class Job:
     policy: Restart
     planned: int
     tasks_per_node: int
+    components: Components = field(default_factory=Components)
 
     @classmethod
     def from_env(cls) -> Job:
@@ -407,7 +443,7 @@ class Job:
         job = resolved.job
         tasks = 1 if job.launcher == "torchrun" else job.resources.ntasks_per_node
         ref = os.environ.get("HPCTRAIN_JOB_REF") or os.environ.get("SLURM_JOB_ID", "")
-        return cls(run, ref, job.restart, job.resources.nodes, tasks)
+        return cls(run, ref, job.restart, job.resources.nodes, tasks, Components.of(resolved))
 
     def act(
         self, history: History, last: AttemptLine | None, status: int = 1, allocated: float | None = None
@@ -466,7 +502,7 @@ class Job:
             return decision.line(history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
         step_end = read_step_end(self.run, status, start, allocation)
-        line = classify(step_end, start, history)
+        line = classify(step_end, start, history, self.components)
         if line.outcome in FAULTS:
             line.fault_time = fault_time(self.run, start, step_end)
         history.append(self.run, line)

@@ -11,7 +11,10 @@ and ``rundir/slots.py``) and:
   ``failures/hang.json``, ends the step and exits 0;
 * ends the step early when ranks are gone (a failure report of this attempt, or a node whose file
   went silent and that does not answer) and the step has not ended by itself: a lost node then
-  costs seconds, not Slurm's SlurmdTimeout.
+  costs seconds, not Slurm's SlurmdTimeout;
+* in a parameter-server job (``supervisor/components.py``), a hung or dead worker is not a hang of
+  the job: it ends that worker's process alone, the servers drop it, and the others train on. It
+  says so in the batch log ("worker 1 (rank 2) on node2 lost ...") and watches the rest.
 
 It exits when the step's process (``--step-pid``, the srun) has ended.
 """
@@ -30,12 +33,15 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from hpctrain.rundir import FailureReport, HangReport, Heartbeat, RunDir, slots, write_json
+import msgspec
+
+from hpctrain.rundir import FailureReport, HangReport, Heartbeat, Result, RunDir, slots, write_json
 from hpctrain.rundir.attempts import History, where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
 from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
 from hpctrain.spec.job import Watchdog
 from hpctrain.supervisor import hang_rule, stacks, supervise
+from hpctrain.supervisor.components import Components
 from hpctrain.supervisor.hang_rule import Seen
 
 GONE_GRACE_S = 2.0
@@ -67,9 +73,16 @@ class Context:
     node: str
     signum: signal.Signals
     started: float = field(default_factory=time.time)
+    het_groups: dict[str, int] = field(default_factory=dict)
+    """A heterogeneous job's node -> component (srun reaches another component's node with it)."""
+    component_jobs: list[str] = field(default_factory=list)
+    """A heterogeneous job's component job ids (SLURM_JOB_ID_HET_GROUP_N); [] for other jobs."""
     missing: list[str] = field(default_factory=list)
     """Lost nodes this (shrunk) attempt runs without; when one answers again, the job checkpoints
     and requeues to grow back onto it (empty: not shrunk, or no requeue to grow back with)."""
+    components: Components = field(default_factory=Components)
+    lost: set[int] = field(default_factory=set)
+    """Expendable ranks given up on (parameter-server workers): no longer watched."""
 
 
 # ----------------------------------------------------------------------------------------------
@@ -97,11 +110,11 @@ def diagnose(ranks: list[Seen], waits: dict[int, str]) -> tuple[list[Seen], list
     return hung, [r for r in ranks if r.rank not in named]
 
 
-def _rank_text(seen: Seen) -> str:
+def _rank_text(seen: Seen, components: Components) -> str:
     detail = seen.phase
     if not seen.responsive:
         detail += f"; not responding for {seen.silent_s:.0f} s"
-    return f"rank {seen.rank} on {seen.node} hung {where_in_training(seen.step)} ({detail})"
+    return f"{components.name(seen.rank)} on {seen.node} hung {where_in_training(seen.step)} ({detail})"
 
 
 def _wait_text(seen: Seen, waits: dict[int, str]) -> str:
@@ -110,10 +123,13 @@ def _wait_text(seen: Seen, waits: dict[int, str]) -> str:
     return "a collective" if seen.phase == "collective" else f"phase {seen.phase}"
 
 
-def summary(hung: list[Seen], waiting: list[Seen], waits: dict[int, str]) -> str:
+def summary(
+    hung: list[Seen], waiting: list[Seen], waits: dict[int, str], components: Components = Components()
+) -> str:
     """ "rank 2 on node2 hung at step 130 (backward), others waiting in the all-reduce"; a rank that
-    has not finished its first step hung "during start-up"."""
-    text = ", ".join(_rank_text(r) for r in hung[:SHOWN_RANKS])
+    has not finished its first step hung "during start-up"; "server 0 (rank 0) on node1 hung ..."
+    in a parameter-server job."""
+    text = ", ".join(_rank_text(r, components) for r in hung[:SHOWN_RANKS])
     if len(hung) > SHOWN_RANKS:
         text += f" and {len(hung) - SHOWN_RANKS} more ranks"
     if not waiting:
@@ -146,6 +162,8 @@ def running(pid: int) -> bool:
 
 def _srun_on(ctx: Context, node: str, command: list[str], timeout: float) -> bool:
     srun = ["srun", "--overlap", f"--jobid={ctx.job_id}", "-w", node, "-N1", "-n1", "--quiet"]
+    if node in ctx.het_groups:
+        srun.append(f"--het-group={ctx.het_groups[node]}")
     try:
         proc = subprocess.run(srun + command, capture_output=True, text=True, timeout=timeout, check=False)
     except (subprocess.TimeoutExpired, OSError):
@@ -185,7 +203,9 @@ def end_step(
     if ctx.job_id and step_ids:
         # Not waited for: scancel of a step with a lost node blocks until slurmctld gives up on that
         # node (MessageTimeout, 10 s by default), while the live nodes' tasks end in a moment.
-        cancels = kill_steps(ctx.job_id, step_ids)
+        # A hetjob's step has a part in each component, each under the component's own job id.
+        jobs = ctx.component_jobs or [ctx.job_id]
+        cancels = [cancel for job in jobs for cancel in kill_steps(job, step_ids)]
         # This node's ranks ending tells that the scancel has been carried out (the other live
         # nodes' stepds get it at the same moment); only srun, waiting on a lost node, is left.
         deadline = time.monotonic() + wait_s
@@ -213,12 +233,81 @@ def end_step(
 
 
 def this_attempt(ctx: Context, found: Iterable[object]) -> list[Heartbeat]:
-    """Node files of this attempt, written since the watchdog started (older ones are a past step's)."""
-    return [
+    """Node files of this attempt, written since the watchdog started (older ones are a past step's),
+    without the ranks given up on."""
+    beats = [
         b
         for b in found
         if isinstance(b, Heartbeat) and (b.attempt or 0) == ctx.attempt and b.time >= ctx.started - 2.0
     ]
+    if not ctx.lost:
+        return beats
+    return [
+        msgspec.structs.replace(b, ranks={r: beat for r, beat in b.ranks.items() if r not in ctx.lost})
+        for b in beats
+    ]
+
+
+def _this_runs_rank(pid: int, node: str, run: RunDir) -> bool:
+    """Process `pid` on this host is a rank of this run on `node` (not a pid reused since)."""
+    try:
+        raw = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    env = dict(item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
+    run_dir = env.get(b"HPCTRAIN_RUN_DIR", b"").decode(errors="replace")
+    same_run = bool(run_dir) and Path(run_dir).resolve() == run.root.resolve()
+    return same_run and env.get(b"SLURMD_NODENAME", b"").decode(errors="replace") in (node, "")
+
+
+def end_rank(ctx: Context, seen: Seen) -> None:
+    """SIGKILL one rank's process (it may be dead already): on its node through srun, or here when
+    it runs on this host (the local test cluster's nodes share one). Only a process whose
+    environment names this run and that node is killed, so a pid reused since cannot be hit."""
+    if not seen.pid:
+        return
+    if seen.node != ctx.node and ctx.job_id:
+        script = 'tr "\\0" "\\n" </proc/"$1"/environ | grep -qx "SLURMD_NODENAME=$2" && kill -KILL "$1"'
+        command = ["sh", "-c", script, "sh", str(seen.pid), seen.node]
+        if _srun_on(ctx, seen.node, command, PROBE_TIMEOUT_S):
+            return
+    if _this_runs_rank(seen.pid, seen.node, ctx.run):
+        try:
+            os.kill(seen.pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def to_give_up(components: Components, late: list[Seen], ranks: list[Seen]) -> list[Seen]:
+    """The late ranks to end alone, the job going on without them: the stopped or dead ones when
+    there are any (the others may only be waiting for them, as a sync server and its workers wait
+    for a stopped worker), else every late one; none unless all are expendable and a worker is left."""
+    stopped = [r for r in late if not r.responsive]
+    chosen = [r for r in (stopped or late) if components.expendable(r.rank)]
+    if len(chosen) < len(stopped or late):
+        return []  # a stopped server, or a late one that no worker is stuck behind: a hang of the job
+    return chosen if components.can_lose([r.rank for r in chosen], [r.rank for r in ranks]) else []
+
+
+def give_up_on(ctx: Context, late: list[Seen]) -> None:
+    """Expendable ranks that stopped advancing (parameter-server workers, hung or dead): end their
+    processes and watch the others; the servers drop them and train on."""
+    for seen in late:
+        why = f"not responding for {seen.silent_s:.0f} s" if not seen.responsive else seen.phase
+        where = where_in_training(seen.step)
+        say(
+            f"{ctx.components.name(seen.rank)} on {seen.node} lost {where} ({why}): "
+            "ended it, training goes on without it"
+        )
+        end_rank(ctx, seen)
+        ctx.lost.add(seen.rank)
+
+
+def training_completed(ctx: Context) -> bool:
+    """The run's result says training reached its last step: a rank that still holds the step then
+    (a stopped parameter-server worker that srun waits for) is no hang."""
+    result = ctx.run.read_result()
+    return isinstance(result, Result) and result.status == "completed" and result.step >= result.steps
 
 
 def declare_hang(ctx: Context, step_pid: int, beats: list[Heartbeat], median_s: float | None) -> bool:
@@ -237,7 +326,7 @@ def declare_hang(ctx: Context, step_pid: int, beats: list[Heartbeat], median_s: 
         say("every rank advanced while the stacks were collected: not a hang, watching on")
         return False
     hung, waiting = diagnose(ranks, waits)
-    text = summary(hung, waiting, waits)
+    text = summary(hung, waiting, waits, ctx.components)
     report = HangReport(
         time=time.time(),
         summary=text,
@@ -268,7 +357,8 @@ def ranks_gone(
         gone = [
             n
             for n in silent
-            if ctx.job_id and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id)
+            if ctx.job_id
+            and not node_answers(n, records.get(n, {}), PROBE_TIMEOUT_S, ctx.job_id, ctx.het_groups.get(n))
         ]
         if not gone:
             return False
@@ -316,22 +406,34 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
             while len(samples) > MAX_STEP_SAMPLES:
                 samples.pop(next(iter(samples)))
             median_s = hang_rule.median_step_s(samples.values())
+            # A node whose ranks have all left (parameter-server workers that finished) is not silent.
             silent = sorted(
                 b.node
                 for b in beats
-                if now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
+                if b.ranks and now - b.time > silent_after and now - answered.get(b.node, 0) > REPROBE_S
             )
             late = hang_rule.overdue(ctx.settings, ranks, median_s)
+            if (late or ctx.lost) and training_completed(ctx):
+                say("training completed; ending the step, which still waits for ranks that stopped")
+                end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
+                return 0
+            expendable = to_give_up(ctx.components, late, ranks)
+            if expendable:
+                give_up_on(ctx, expendable)
+                continue
             # Late ranks all on nodes that went silent: first find out whether those nodes still answer.
             hang = late and not {r.node for r in late} <= set(silent)
             if hang and declare_hang(ctx, step_pid, beats, median_s):
                 return 0
         # A failure report is one readdir away: a rank that failed while its peers wait on it for
-        # good (a lost node) ends the step within the grace, not a heartbeat interval later.
+        # good (a lost node) ends the step within the grace, not a heartbeat interval later. An
+        # expendable rank's failure (a parameter-server worker) does not end the step.
         failed = [
             f
             for f in ctx.run.read_failures()
-            if isinstance(f, FailureReport) and (f.time or 0) >= ctx.started
+            if isinstance(f, FailureReport)
+            and (f.time or 0) >= ctx.started
+            and not ctx.components.expendable(f.rank)
         ]
         if silent or failed:
             gone_since = gone_since or now
@@ -365,6 +467,9 @@ def context_from_env() -> Context:
         missing=missing_nodes(History.read(run), attempt, resolved.job.resources.nodes)
         if resolved.preemption.requeue
         else [],
+        components=Components.of(resolved),
+        het_groups=supervise.het_groups(),
+        component_jobs=supervise.het_job_ids(),
     )
 
 

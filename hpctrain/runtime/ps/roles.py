@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass
 
 from hpctrain.runtime.bootstrap import DistInfo
+from hpctrain.spec import ParameterServer
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,8 @@ class Roles:
 
     @property
     def name(self) -> str:
-        return f"{'server' if self.is_server else 'worker'} {self.index}"
+        """`server 0` or `worker 1`, the words the supervisor and status use too."""
+        return ParameterServer(servers=self.servers).component(self.info.rank)
 
 
 def roles(info: DistInfo, servers: int) -> Roles:

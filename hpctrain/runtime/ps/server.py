@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from hpctrain.rundir import RunDir
+from hpctrain.runtime import heartbeat
 from hpctrain.runtime.metrics import Metrics, write_result
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import lr_factor, make_optimizer
@@ -114,6 +115,9 @@ class Server:
         for tensor in self.tensors:
             tensor.grad = None
         self.version += 1
+        # The heartbeat's step is the shard's version: a server that stops applying updates while
+        # its workers push (a deadlock, a STOPped process) is hung.
+        heartbeat.mark("collective", self.version)
         self._after_update()
 
     def _after_update(self) -> None:
@@ -127,6 +131,7 @@ class Server:
     def _save(self) -> None:
         if self._saved_version == self.version:
             return
+        heartbeat.mark("checkpoint")
         state: dict[str, Any] = {
             "params": {n: t.detach().clone() for n, t in zip(self.names, self.tensors, strict=True)},
             "optim": {
@@ -141,6 +146,7 @@ class Server:
             self.run_dir, self.version, self.lay.index, self.lay.servers, state, self.train.keep_checkpoints
         )
         self._saved_version = self.version
+        heartbeat.mark("collective")
 
     def _sync_round(self) -> None:
         """Close the round once every active worker has contributed (also after a drop)."""
@@ -252,8 +258,10 @@ class Server:
                 transport.wait(sends, peer, self.worker_timeout)
         except PeerLost as err:
             with self.cond:
-                self.stats[worker].status, self.stats[worker].reason = "dropped", err.reason
-                self._event("worker_dropped", worker=worker, reason=err.reason, step=self.version)
+                # Status and the report print it after "worker N: dropped".
+                reason = f"lost on {self.hosts[peer]} at its step {self.clocks[worker]} ({err.reason})"
+                self.stats[worker].status, self.stats[worker].reason = "dropped", reason
+                self._event("worker_dropped", worker=worker, reason=reason, step=self.version)
                 self._settle()
         except Exception as err:  # a bug or a stuck server: fail the job rather than hang
             with self.cond:
@@ -277,6 +285,7 @@ class Server:
             "job_id": self.lay.info.job_id,
             "restart_count": self.lay.info.restart_count,
         }
+        heartbeat.mark("collective", self.version)
         if self.resumed is None:
             self._event("start", step=0, **common)
         else:
@@ -323,6 +332,7 @@ class Server:
                     f"server {server} on {self.hosts[server]} stopped answering ({err.reason})"
                 ) from None
             unflatten_into(flat, tensors)
+        heartbeat.mark("eval")
         evaluation = evaluate(self.task, self.task.model, self.train.batch_size)
         if evaluation:
             self.metrics.write("eval", step=self.version, **evaluation, by="server 0")

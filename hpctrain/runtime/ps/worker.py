@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from hpctrain.runtime import data
+from hpctrain.runtime import data, heartbeat
 from hpctrain.runtime.metrics import Metrics
 from hpctrain.runtime.task import Task
 from hpctrain.runtime.train import evaluation_result, evaluation_sums
@@ -148,6 +148,7 @@ class Worker:
         if self.lay.index != 0 or not every or self.versions[0] // every <= self.last_eval:
             return
         self.last_eval = self.versions[0] // every
+        heartbeat.mark("eval")
         result = evaluate(self.task, self.model, self.train.batch_size)
         if result:
             self.pending_eval = (self.versions[0], result["loss"], result.get("accuracy", float("nan")))
@@ -172,14 +173,18 @@ class Worker:
         stop = any(r.stop for r in replies)
         while not stop:
             begin = time.time()
+            # The heartbeat's step is this worker's clock; the watchdog judges a hang by it.
+            heartbeat.mark("forward", clock)
             loss = self.task.loss(self.model(self.inputs), self.targets)
             loss_value = float(loss.detach())
             # Headers go before backward so servers post their gradient receives early.
             self._send_headers(self._headers(loss_value, len(self.targets), clock, compute_s))
+            heartbeat.mark("backward")
             loss.backward()
             self._ship_rest()
             compute_s = time.time() - begin
             clock += 1
+            heartbeat.mark("collective")  # waiting for the servers' replies
             self._flush(self.answer_timeout)
             replies = self._pull(self.answer_timeout, clock)
             window.add(loss_value, compute_s, time.time() - begin - compute_s)

@@ -90,15 +90,19 @@ def slurmd_unreachable(node: str, record: dict[str, str], tries: int = 2) -> boo
     return True
 
 
-def answers(node: str, record: dict[str, str], timeout_s: float, job_id: str = "") -> bool:
+def answers(
+    node: str, record: dict[str, str], timeout_s: float, job_id: str = "", het_group: int | None = None
+) -> bool:
     """Does `node` run a task of the job now? A slurmd that refuses or never completes a connection
     does not, and that is known in seconds; one that accepts is asked to run `true` (srun to a stuck
-    slurmd hangs: the timeout)."""
+    slurmd hangs: the timeout). In a heterogeneous job, `het_group` is the node's component."""
     if slurmd_unreachable(node, record):
         return False
     argv = ["srun", "--overlap", "--quiet", "--nodes=1", "--ntasks=1", f"--nodelist={node}"]
     if job_id:
         argv.append(f"--jobid={job_id}")
+    if het_group is not None:
+        argv.append(f"--het-group={het_group}")
     try:
         probe = subprocess.run([*argv, "true"], capture_output=True, timeout=timeout_s, check=False)
     except (OSError, subprocess.TimeoutExpired):

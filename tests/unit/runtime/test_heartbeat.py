@@ -135,6 +135,14 @@ def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
     assert other_run.path.exists()
 
 
+def test_a_rank_that_leaves_frees_its_slot(slot_dir: Path, tmp_path: Path) -> None:
+    """A parameter-server worker that finished before the others is no longer in its node's file."""
+    first = RankHeartbeat(where(tmp_path, rank=0, local_rank=0))
+    second = RankHeartbeat(where(tmp_path, rank=1, local_rank=1))
+    second.leave()
+    assert [slot.rank for slot in slots.read_slot_file(first.path)] == [0]
+
+
 def test_one_writer_per_node_and_takeover_when_it_stops(slot_dir: Path, tmp_path: Path) -> None:
     """Two ranks of a node: the first to tick writes the node file; when its lease goes stale (a
     STOPped writer stops ticking) the other takes over, under the flock."""

@@ -402,6 +402,32 @@ def test_a_shrunk_job_grows_back_at_its_requeue_once_the_node_answers() -> None:
     assert blamed.lost_nodes() == [] and "node2" in blamed.excluded(True)
 
 
+def test_a_hetjobs_nodes_map_to_their_components() -> None:
+    env = {
+        "SLURM_JOB_NODELIST_HET_GROUP_0": "node1",
+        "SLURM_JOB_NODELIST_HET_GROUP_1": "node[2-3]",
+        "SLURM_JOB_NODELIST": "node1",
+    }
+    assert supervise.het_groups(env) == {"node1": 0, "node2": 1, "node3": 1}
+    assert supervise.het_groups({"SLURM_JOB_NODELIST": "node[1-2]"}) == {}
+    ids = {"SLURM_JOB_ID_HET_GROUP_1": "1653", "SLURM_JOB_ID_HET_GROUP_0": "1652", "SLURM_JOB_ID": "1652"}
+    assert supervise.het_job_ids(ids) == ["1652", "1653"]
+    assert supervise.het_job_ids({"SLURM_JOB_ID": "7"}) == []
+
+
+def test_a_killed_parameter_server_is_blamed_by_its_role_not_its_workers() -> None:
+    from hpctrain.spec import ParameterServer
+    from hpctrain.supervisor.components import Components
+
+    lost = "PSFailed: worker 0 on node2: server 0 on node1 stopped answering (connection closed)"
+    workers = [failure(1, lost, 60, 1.0), failure(2, lost.replace("worker 0", "worker 1"), 60, 1.0)]
+    killed = [FailedTask("0", "node1", "Killed")]
+    end = StepEnd(137, failures=workers, killed=killed, latest_step=60)
+    line = classify(end, start(0), History(), Components(ParameterServer(servers=1)))
+    assert line.outcome == "rank_failure" and line.reason.startswith("server 0 (rank 0) on node1: Killed")
+    assert "2 other rank(s) then lost their peer" in line.reason
+
+
 def test_a_grow_back_requeue_is_recorded_as_a_grow_back_not_a_preemption(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """Issue 23 item 11's leftover: the watchdog's checkpoint-and-requeue that grows a shrunk job back
     went into attempts.jsonl as `preempted`. It is a grow-back: requeued, no restart spent; a later

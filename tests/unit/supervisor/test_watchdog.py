@@ -310,7 +310,7 @@ def silent_node_run(
     run.write_heartbeat(Heartbeat(node="node2", time=now - 20, attempt=0, step_id="0", ranks={2: gone}))
     did: dict[str, object] = {}
     monkeypatch.setattr(watchdog, "node_records", lambda nodes: {})
-    monkeypatch.setattr(watchdog, "node_answers", lambda node, record, timeout_s, job_id: answers)
+    monkeypatch.setattr(watchdog, "node_answers", lambda node, record, timeout_s, job_id, group: answers)
     monkeypatch.setattr(
         watchdog, "end_step", lambda ctx, pid, step_ids, ranks, *wait: did.update(step_ids=step_ids)
     )

@@ -129,6 +129,7 @@ def test_roles_from_the_runtimes_bootstrap(monkeypatch: pytest.MonkeyPatch) -> N
         "node2",
     )
     assert lay.name == "worker 0"
+    assert roles.Roles(info, 3).name == "server 2"  # the spec's words, which the supervisor uses too
     with pytest.raises(ValueError, match="component 0 has 2 tasks"):
         roles.roles(info, 1)
     with pytest.raises(ValueError, match="leave no worker"):
