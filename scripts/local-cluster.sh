@@ -7,34 +7,108 @@
 #   scripts/local-cluster.sh recover                kill stuck steps, resume bad nodes
 #   scripts/local-cluster.sh accounting on|off      toggle slurmdbd accounting (sacct)
 #   scripts/local-cluster.sh accounting             print the current accounting mode
+#   scripts/local-cluster.sh env                    print the exports that point clients at it
 #
+# Every command takes --slurm 22.05|25.11 (or HPCTRAIN_SLURM): 22.05 is Debian's Slurm (the
+# default); 25.11 is scripts/build-slurm.sh's build, a second cluster beside it on other ports.
 # See docs/local-cluster.md for details and known quirks.
 set -euo pipefail
 
-readonly CLUSTER_NAME="hpctrain-local"
+# The Slurm series this run manages: `--slurm V` anywhere in the arguments, else HPCTRAIN_SLURM.
+SLURM_SERIES="${HPCTRAIN_SLURM:-22.05}"
+ARGS=()
+while (($#)); do
+    case "$1" in
+        --slurm)
+            (($# >= 2)) || { echo "local-cluster.sh: --slurm needs a version" >&2 && exit 2; }
+            SLURM_SERIES=$2
+            shift 2
+            ;;
+        --slurm=*)
+            SLURM_SERIES=${1#--slurm=}
+            shift
+            ;;
+        *)
+            ARGS+=("$1")
+            shift
+            ;;
+    esac
+done
+set -- "${ARGS[@]+"${ARGS[@]}"}"
+
 readonly NODES=(node1 node2)
 readonly NODE_RANGE="node[1-2]"
-readonly NODE_PORTS="17001-17002"
 readonly GPUS_PER_NODE=4
+readonly SLURM_PREFIX_ROOT="${HPCTRAIN_SLURM_PREFIX_ROOT:-/opt/hpctrain-slurm}"
 
-STATE_DIR="${HPCTRAIN_LOCAL_STATE_DIR:-/var/lib/hpctrain-local}"
-LOG_DIR="${HPCTRAIN_LOCAL_LOG_DIR:-/var/log/hpctrain-local}"
-CONF_DIR="/etc/slurm"
+# One MariaDB and one munged serve every series; each series has its own daemons, ports,
+# configuration, state and accounting database, so clusters run side by side.
+BASE_STATE_DIR="${HPCTRAIN_LOCAL_STATE_DIR:-/var/lib/hpctrain-local}"
+BASE_LOG_DIR="${HPCTRAIN_LOCAL_LOG_DIR:-/var/log/hpctrain-local}"
+case "$SLURM_SERIES" in
+    22.05)
+        PORT_OFFSET=0
+        SLURM_PREFIX=""
+        CLUSTER_NAME="hpctrain-local"
+        STATE_DIR="$BASE_STATE_DIR"
+        LOG_DIR="$BASE_LOG_DIR"
+        CONF_DIR="/etc/slurm"
+        DB_NAME="slurm_acct_db"
+        ;;
+    25.11)
+        PORT_OFFSET=100
+        SLURM_PREFIX="${SLURM_PREFIX_ROOT}/${SLURM_SERIES}"
+        CLUSTER_NAME="hpctrain-${SLURM_SERIES/./}"
+        STATE_DIR="${BASE_STATE_DIR}-${SLURM_SERIES}"
+        LOG_DIR="${BASE_LOG_DIR}-${SLURM_SERIES}"
+        # The build's sysconfdir: its commands find slurm.conf there without SLURM_CONF.
+        CONF_DIR="${SLURM_PREFIX}/etc"
+        DB_NAME="slurm_acct_db_${SLURM_SERIES/./}"
+        [[ -x "${SLURM_PREFIX}/sbin/slurmctld" ]] || {
+            echo "local-cluster.sh: Slurm ${SLURM_SERIES} is not built in ${SLURM_PREFIX}: run scripts/build-slurm.sh ${SLURM_SERIES}" >&2
+            exit 1
+        }
+        export PATH="${SLURM_PREFIX}/sbin:${SLURM_PREFIX}/bin:${PATH}"
+        ;;
+    *)
+        echo "local-cluster.sh: unknown --slurm ${SLURM_SERIES} (known: 22.05, 25.11)" >&2
+        exit 2
+        ;;
+esac
+export SLURM_CONF="${CONF_DIR}/slurm.conf"
+readonly SLURM_SERIES PORT_OFFSET SLURM_PREFIX CLUSTER_NAME STATE_DIR LOG_DIR CONF_DIR DB_NAME
+readonly BASE_STATE_DIR BASE_LOG_DIR
+readonly CTLD_PORT=$((6817 + PORT_OFFSET))
+readonly DBD_PORT=$((6819 + PORT_OFFSET))
+# The 22.05 cluster's slurm.conf stays byte-identical (a change would restart its daemons under
+# everyone's jobs), so only the other series spell slurmdbd's port.
+if ((PORT_OFFSET)); then
+    readonly DBD_PORT_LINE=$'\n'"AccountingStoragePort=${DBD_PORT}"
+else
+    readonly DBD_PORT_LINE=""
+fi
+readonly NODE_PORTS="$((17001 + PORT_OFFSET))-$((17000 + PORT_OFFSET + ${#NODES[@]}))"
 TIMEOUT="${HPCTRAIN_LOCAL_TIMEOUT:-90}"
-readonly STATE_DIR LOG_DIR CONF_DIR TIMEOUT
+readonly TIMEOUT
 
 readonly RUN_DIR="${STATE_DIR}/run"
 readonly MODE_FILE="${STATE_DIR}/accounting-mode"
-readonly DB_DATADIR="${STATE_DIR}/mysql"
-readonly DB_CNF="${STATE_DIR}/my.cnf"
-readonly DB_SOCKET="${RUN_DIR}/mysqld.sock"
-readonly DB_PIDFILE="${RUN_DIR}/mysqld.pid"
+readonly DB_RUN_DIR="${BASE_STATE_DIR}/run"
+readonly DB_DATADIR="${BASE_STATE_DIR}/mysql"
+readonly DB_CNF="${BASE_STATE_DIR}/my.cnf"
+readonly DB_SOCKET="${DB_RUN_DIR}/mysqld.sock"
+readonly DB_PIDFILE="${DB_RUN_DIR}/mysqld.pid"
+readonly DB_LOG="${BASE_LOG_DIR}/mariadb.log"
 readonly DB_PORT=13306
-readonly DB_NAME="slurm_acct_db"
 readonly DB_USER="slurm"
 readonly DB_PASS="hpctrain-local"
 readonly MUNGE_PIDFILE="/run/munge/munged.pid"
-readonly LOCK_FILE="/run/lock/hpctrain-local-cluster.lock"
+# 22.05 keeps the lock it always had, so older copies of this script still take turns with it.
+if [[ "$SLURM_SERIES" == 22.05 ]]; then
+    readonly LOCK_FILE="/run/lock/hpctrain-local-cluster.lock"
+else
+    readonly LOCK_FILE="/run/lock/hpctrain-local-cluster-${SLURM_SERIES}.lock"
+fi
 readonly PACKAGES=(slurm-wlm munge mariadb-server slurmdbd shellcheck libpmix-dev)
 
 PROG="$(basename "$0")"
@@ -55,7 +129,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,10s/^# \{0,1\}//p' "$0"
+    sed -n '2,14s/^# \{0,1\}//p' "$0"
 }
 
 # Serialise concurrent runs. Daemons are started with fd 9 closed ("9>&-") so
@@ -159,6 +233,7 @@ stop_daemon() {
     rm -f "$1"
 }
 
+
 # pids_by_comm COMM_REGEX: pids of every process whose name matches exactly.
 pids_by_comm() {
     local d comm
@@ -168,6 +243,17 @@ pids_by_comm() {
             printf '%s\n' "${d#/proc/}"
         fi
     done
+}
+
+# our_pids_by_comm COMM_REGEX: pids_by_comm, limited to processes that run this series' Slurm
+# binaries (the same file as on PATH), so the clusters of other series on this host are never touched.
+our_pids_by_comm() {
+    local pid comm binary
+    while read -r pid; do
+        comm="$(cat "/proc/${pid}/comm" 2>/dev/null)" || continue
+        binary="$(command -v "$comm" 2>/dev/null)" || continue
+        if [[ "/proc/${pid}/exe" -ef "$binary" ]]; then printf '%s\n' "$pid"; fi
+    done < <(pids_by_comm "$1")
 }
 
 accounting_mode() {
@@ -249,7 +335,7 @@ render_slurm_conf() {
         # gres/gpu as an accounting TRES is only valid with slurmdbd (slurmctld
         # refuses to start otherwise).
         acct="AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=localhost${DBD_PORT_LINE}
 AccountingStorageTRES=gres/gpu
 JobAcctGatherType=jobacct_gather/linux
 JobAcctGatherFrequency=30"
@@ -264,7 +350,7 @@ SlurmctldHost=${host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-SlurmctldPort=6817
+SlurmctldPort=${CTLD_PORT}
 StateSaveLocation=${STATE_DIR}/slurmctld
 SlurmdSpoolDir=${STATE_DIR}/slurmd/%n
 SlurmctldPidFile=${RUN_DIR}/slurmctld.pid
@@ -313,7 +399,7 @@ render_slurmdbd_conf() {
 # Written by scripts/local-cluster.sh (hpctrain).
 AuthType=auth/munge
 DbdHost=localhost
-DbdPort=6819
+DbdPort=${DBD_PORT}
 SlurmUser=root
 DebugLevel=info
 LogFile=${LOG_DIR}/slurmdbd.log
@@ -338,14 +424,14 @@ pid-file=${DB_PIDFILE}
 port=${DB_PORT}
 bind-address=127.0.0.1
 skip-name-resolve
-log-error=${LOG_DIR}/mariadb.log
+log-error=${DB_LOG}
 innodb_buffer_pool_size=128M
 innodb_log_file_size=64M
 innodb_lock_wait_timeout=900
 innodb_flush_log_at_trx_commit=2
 max_allowed_packet=64M
 [mysqld_safe]
-log-error=${LOG_DIR}/mariadb.log
+log-error=${DB_LOG}
 pid-file=${DB_PIDFILE}
 socket=${DB_SOCKET}
 [client]
@@ -393,14 +479,16 @@ start_munge() {
 db_ok() { mysqladmin --socket="$DB_SOCKET" -uroot ping >/dev/null 2>&1; }
 
 start_mariadb() {
+    mkdir -p "$BASE_STATE_DIR"
     render_my_cnf | install_file "$DB_CNF" 644 || true
     if db_ok; then
         return 0
     fi
     mkdir -p "$DB_DATADIR"
-    chown mysql:mysql "$DB_DATADIR" "$RUN_DIR"
-    touch "${LOG_DIR}/mariadb.log"
-    chown mysql:mysql "${LOG_DIR}/mariadb.log"
+    mkdir -p "$DB_RUN_DIR" "$(dirname "$DB_LOG")"
+    chown mysql:mysql "$DB_DATADIR" "$DB_RUN_DIR"
+    touch "$DB_LOG"
+    chown mysql:mysql "$DB_LOG"
     if [[ ! -d "${DB_DATADIR}/mysql" ]]; then
         local installer=mariadb-install-db
         command -v "$installer" >/dev/null || installer=mysql_install_db
@@ -409,9 +497,13 @@ start_mariadb() {
             >"${LOG_DIR}/mariadb-install.log" 2>&1 ||
             die "mariadb-install-db failed" "${LOG_DIR}/mariadb-install.log"
     fi
-    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"${LOG_DIR}/mariadb.log" 2>&1 9>&- &
-    wait_until "$TIMEOUT" db_ok || die "MariaDB did not answer within ${TIMEOUT}s" "${LOG_DIR}/mariadb.log"
-    mysql --socket="$DB_SOCKET" -uroot <<EOF || die "creating the slurm database/user failed" "${LOG_DIR}/mariadb.log"
+    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"$DB_LOG" 2>&1 9>&- &
+    wait_until "$TIMEOUT" db_ok || die "MariaDB did not answer within ${TIMEOUT}s" "$DB_LOG"
+}
+
+# ensure_database: this series' accounting database and the slurmdbd user's rights on it.
+ensure_database() {
+    mysql --socket="$DB_SOCKET" -uroot <<EOF || die "creating the slurm database/user failed" "$DB_LOG"
 CREATE DATABASE IF NOT EXISTS ${DB_NAME};
 CREATE USER IF NOT EXISTS '${DB_USER}'@'localhost' IDENTIFIED BY '${DB_PASS}';
 CREATE USER IF NOT EXISTS '${DB_USER}'@'127.0.0.1' IDENTIFIED BY '${DB_PASS}';
@@ -538,7 +630,7 @@ kill_stuck_steps() {
         esac
         log "killing stuck slurmstepd ${pid} (${cmd% }; job state: ${state:-gone})"
         mapfile -t -O "${#victims[@]}" victims < <(descendants "$pid")
-    done < <(pids_by_comm slurmstepd)
+    done < <(our_pids_by_comm slurmstepd)
     if ((${#victims[@]})); then
         stop_pids 5 "${victims[@]}"
     fi
@@ -589,6 +681,7 @@ bring_up() {
     start_munge
     if [[ "$mode" == on ]]; then
         start_mariadb
+        ensure_database
         start_slurmdbd
     fi
     if ((restart_slurm)); then
@@ -645,6 +738,23 @@ cmd_recover() {
     log "cluster recovered"
 }
 
+stop_shared_services() {
+    local pids
+    if db_ok; then
+        mysqladmin --socket="$DB_SOCKET" -uroot shutdown >/dev/null 2>&1 || true
+    fi
+    stop_daemon "$DB_PIDFILE" 'mariadbd|mysqld'
+    mapfile -t pids < <(pids_by_comm 'mysqld_safe|mariadbd|mysqld' | while read -r p; do
+        if tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | grep -q -- "$DB_CNF\|$DB_DATADIR"; then echo "$p"; fi
+    done)
+    if ((${#pids[@]})); then stop_pids 10 "${pids[@]}"; fi
+    stop_daemon "$MUNGE_PIDFILE" munged
+}
+
+cmd_env() {
+    printf 'export PATH=%q\nexport SLURM_CONF=%q\nexport HPCTRAIN_SLURM=%q\n' "$PATH" "$SLURM_CONF" "$SLURM_SERIES"
+}
+
 cmd_down() {
     local wipe=0 pids
     while (($#)); do
@@ -657,12 +767,8 @@ cmd_down() {
     take_lock
     stop_slurm_daemons
     stop_daemon "${RUN_DIR}/slurmdbd.pid" slurmdbd
-    if db_ok; then
-        mysqladmin --socket="$DB_SOCKET" -uroot shutdown >/dev/null 2>&1 || true
-    fi
-    stop_daemon "$DB_PIDFILE" 'mariadbd|mysqld'
     # Leftovers: job steps and any daemon not found through its pidfile.
-    mapfile -t pids < <(pids_by_comm 'slurmstepd|slurmd|slurmctld|slurmdbd')
+    mapfile -t pids < <(our_pids_by_comm 'slurmstepd|slurmd|slurmctld|slurmdbd')
     if ((${#pids[@]})); then
         local all=() p
         for p in "${pids[@]}"; do
@@ -670,11 +776,11 @@ cmd_down() {
         done
         stop_pids 10 "${all[@]}"
     fi
-    mapfile -t pids < <(pids_by_comm 'mysqld_safe|mariadbd|mysqld' | while read -r p; do
-        if tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | grep -q -- "$DB_CNF\|$DB_DATADIR"; then echo "$p"; fi
-    done)
-    if ((${#pids[@]})); then stop_pids 10 "${pids[@]}"; fi
-    stop_daemon "$MUNGE_PIDFILE" munged
+    if ((wipe)) && [[ "$SLURM_SERIES" != 22.05 ]] && db_ok; then
+        mysql --socket="$DB_SOCKET" -uroot -e "DROP DATABASE IF EXISTS ${DB_NAME}" || true
+    fi
+    # MariaDB and munged serve every series: the 22.05 cluster owns them.
+    if [[ "$SLURM_SERIES" == 22.05 ]]; then stop_shared_services; fi
     if ((wipe)); then
         rm -rf "$STATE_DIR" "$LOG_DIR"
         rm -f "${CONF_DIR}/slurm.conf" "${CONF_DIR}/gres.conf" "${CONF_DIR}/slurmdbd.conf"
@@ -736,6 +842,7 @@ main() {
         status) cmd_status ;;
         recover) cmd_recover ;;
         accounting) cmd_accounting "$@" ;;
+        env) cmd_env ;;
         -h | --help | help) usage ;;
         *)
             usage >&2

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# build-slurm.sh - build Slurm from the vendored source once, into /opt, for the version matrix.
+#
+#   scripts/build-slurm.sh 25.11     build (or reuse) /opt/hpctrain-slurm/25.11
+#
+# The source is ../shared/vendor/slurm-<version>.<patch>.tar.xz next to the repository
+# (override with HPCTRAIN_SLURM_VENDOR_DIR). The build is cached: a prefix holding a
+# finished-build stamp is reused as is. Debian build dependencies are installed with apt.
+# The prefix root can be moved with HPCTRAIN_SLURM_PREFIX_ROOT (default /opt/hpctrain-slurm).
+set -euo pipefail
+
+PROG="$(basename "$0")"
+readonly PROG
+REPO="$(cd "$(dirname "$0")/.." && pwd)"
+readonly REPO
+readonly VENDOR_DIR="${HPCTRAIN_SLURM_VENDOR_DIR:-${REPO}/../shared/vendor}"
+readonly PREFIX_ROOT="${HPCTRAIN_SLURM_PREFIX_ROOT:-/opt/hpctrain-slurm}"
+# What slurmctld, slurmdbd and pyslurm need: munge auth, MariaDB accounting,
+# JSON/YAML serializers (the --json output), hwloc and pmix for srun.
+readonly BUILD_DEPS=(build-essential pkg-config libmunge-dev munge libmariadb-dev
+    libjson-c-dev libyaml-dev libhwloc-dev libpmix-dev liblz4-dev zlib1g-dev
+    libcurl4-openssl-dev libssl-dev python3-venv python3-dev)
+
+log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+die() {
+    printf '%s: ERROR: %s\n' "$PROG" "$*" >&2
+    exit 1
+}
+
+[[ $# -eq 1 ]] || die "usage: $PROG VERSION (e.g. 25.11)"
+readonly VERSION="$1"
+[[ "$VERSION" =~ ^[0-9]+\.[0-9]+$ ]] || die "version must look like 25.11, got '${VERSION}'"
+
+readonly PREFIX="${PREFIX_ROOT}/${VERSION}"
+readonly STAMP="${PREFIX}/.built"
+
+if [[ -f "$STAMP" ]]; then
+    log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
+    exit 0
+fi
+
+shopt -s nullglob
+tarballs=("${VENDOR_DIR}/slurm-${VERSION}".*.tar.xz)
+shopt -u nullglob
+((${#tarballs[@]} == 1)) || die "expected one ${VENDOR_DIR}/slurm-${VERSION}.*.tar.xz, found ${#tarballs[@]}"
+readonly TARBALL="${tarballs[0]}"
+
+missing=()
+for package in "${BUILD_DEPS[@]}"; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
+        missing+=("$package")
+done
+if ((${#missing[@]})); then
+    log "installing build dependencies: ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+build_dir="$(mktemp -d "/tmp/slurm-${VERSION}-build.XXXXXX")"
+trap 'rm -rf "$build_dir"' EXIT
+log "unpacking ${TARBALL}"
+tar -xJf "$TARBALL" -C "$build_dir" --strip-components=1
+
+started=$SECONDS
+cd "$build_dir"
+log "configuring for ${PREFIX}"
+# The configuration lives with the cluster (SLURM_CONF), not in the prefix.
+nice -n 10 ./configure --prefix="$PREFIX" --sysconfdir="${PREFIX}/etc" \
+    --disable-debug \
+    >"${build_dir}/configure.log" 2>&1 || {
+    tail -n 30 "${build_dir}/configure.log" >&2
+    die "configure failed"
+}
+log "building with make -j2 (nice 10)"
+nice -n 10 make -j2 >"${build_dir}/make.log" 2>&1 || {
+    tail -n 30 "${build_dir}/make.log" >&2
+    die "make failed"
+}
+nice -n 10 make install >"${build_dir}/install.log" 2>&1 || {
+    tail -n 30 "${build_dir}/install.log" >&2
+    die "make install failed"
+}
+mkdir -p "${PREFIX}/etc"
+printf 'built %s from %s in %ss on %s cores\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+    "$(basename "$TARBALL")" "$((SECONDS - started))" "$(nproc)" >"$STAMP"
+log "done: $(cat "$STAMP")"
