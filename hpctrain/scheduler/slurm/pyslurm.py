@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal as signals
 import subprocess
@@ -23,6 +22,7 @@ from hpctrain.scheduler.base import (
     merge_accounting,
     merge_component,
 )
+from hpctrain.scheduler.slurm.facts import major_minor, slurm_release
 from hpctrain.scheduler.slurm.parse import slurm_state
 from hpctrain.spec import memory_mb, time_minutes
 
@@ -43,17 +43,6 @@ VERSION_TIMEOUT_S = 10.0
 # ----------------------------------------------------------------------------------------------
 # Is pyslurm usable here?
 # ----------------------------------------------------------------------------------------------
-
-
-def major_minor(text: str) -> tuple[int, int] | None:
-    """`slurm 22.05.8` -> (22, 5); `25.11.2` -> (25, 11); pyslurm spells 18.08 as `18.8`."""
-    match = re.search(r"(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def slurm_release(version: tuple[int, int]) -> str:
-    """Slurm's own spelling of a release: (22, 5) -> `22.05`."""
-    return f"{version[0]}.{version[1]:02d}"
 
 
 def cluster_slurm_version() -> tuple[tuple[int, int] | None, str]:
