@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
 # build-slurm.sh - build Slurm from the vendored source once, into /opt, for the version matrix.
 #
-#   scripts/build-slurm.sh 25.11     build (or reuse) /opt/hpctrain-slurm/25.11
+#   scripts/build-slurm.sh 25.11     build (or reuse) /opt/hpctrain-slurm/25.11 from source
+#   scripts/build-slurm.sh 24.11     a Debian trixie root filesystem with its Slurm, in .../24.11/rootfs
+#   scripts/build-slurm.sh 26.05     the same from Debian sid (forky's Slurm), in .../26.05/rootfs
 #
-# The source is ../shared/vendor/slurm-<version>.<patch>.tar.xz next to the repository
-# (override with HPCTRAIN_SLURM_VENDOR_DIR). The build is cached: a prefix holding a
-# finished-build stamp is reused as is. Debian build dependencies are installed with apt.
-# The prefix root can be moved with HPCTRAIN_SLURM_PREFIX_ROOT (default /opt/hpctrain-slurm).
+# 25.11: no Debian suite ships it; the source is ../shared/vendor/slurm-25.11.<patch>.tar.xz next
+# to the repository (override with HPCTRAIN_SLURM_VENDOR_DIR), built with Debian's build
+# dependencies. 24.11 and 26.05: mmdebstrap installs Debian's packages. Either is cached: a prefix
+# holding a finished-build stamp is reused as is. The prefix root can be moved with
+# HPCTRAIN_SLURM_PREFIX_ROOT (default /opt/hpctrain-slurm).
 set -euo pipefail
 
 PROG="$(basename "$0")"
@@ -38,6 +41,37 @@ if [[ -f "$STAMP" ]]; then
     log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
     exit 0
 fi
+
+# debian_rootfs SUITE: Debian's Slurm (and what the cluster and hpctrain's tests need) in a chroot.
+debian_rootfs() {
+    local suite=$1 started=$SECONDS rootfs="${PREFIX}/rootfs"
+    command -v mmdebstrap >/dev/null ||
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap >/dev/null
+    mkdir -p "$PREFIX"
+    rm -rf "$rootfs"
+    log "making a Debian ${suite} root filesystem in ${rootfs}"
+    nice -n 10 mmdebstrap --variant=apt --components=main \
+        --include=slurm-wlm,slurmdbd,munge,mariadb-client,python3,python3-venv,procps,iproute2,libpmix-dev \
+        "$suite" "$rootfs" http://deb.debian.org/debian >"${PREFIX}/mmdebstrap.log" 2>&1 || {
+        tail -n 30 "${PREFIX}/mmdebstrap.log" >&2
+        die "mmdebstrap ${suite} failed"
+    }
+    # shellcheck disable=SC2016 # dpkg-query's own ${Version}
+    printf 'made %s from Debian %s (%s) in %ss\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$suite" \
+        "$(chroot "$rootfs" dpkg-query -W -f='${Version}' slurm-wlm)" "$((SECONDS - started))" >"$STAMP"
+    log "done: $(cat "$STAMP")"
+}
+
+case "$VERSION" in
+    24.11)
+        debian_rootfs trixie
+        exit 0
+        ;;
+    26.05)
+        debian_rootfs sid
+        exit 0
+        ;;
+esac
 
 shopt -s nullglob
 tarballs=("${VENDOR_DIR}/slurm-${VERSION}".*.tar.xz)

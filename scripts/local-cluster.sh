@@ -8,10 +8,12 @@
 #   scripts/local-cluster.sh accounting on|off      toggle slurmdbd accounting (sacct)
 #   scripts/local-cluster.sh accounting             print the current accounting mode
 #   scripts/local-cluster.sh env                    print the exports that point clients at it
+#   scripts/local-cluster.sh run CMD...             run CMD with this cluster's Slurm commands
 #
-# Every command takes --slurm 22.05|25.11 (or HPCTRAIN_SLURM): 22.05 is Debian's Slurm (the
-# default); 25.11 is scripts/build-slurm.sh's build, a second cluster beside it on other ports.
-# See docs/local-cluster.md for details and known quirks.
+# Every command takes --slurm 22.05|24.11|25.11|26.05 (or HPCTRAIN_SLURM): 22.05 is this host's
+# Debian Slurm (the default); the others run beside it on their own ports, from scripts/build-slurm.sh:
+# 25.11 built from source under /opt, 24.11 and 26.05 in Debian trixie/sid root filesystems (chroot).
+# See docs/local-cluster.md and docs/compatibility.md.
 set -euo pipefail
 
 # The Slurm series this run manages: `--slurm V` anywhere in the arguments, else HPCTRAIN_SLURM.
@@ -40,6 +42,11 @@ readonly NODES=(node1 node2)
 readonly NODE_RANGE="node[1-2]"
 readonly GPUS_PER_NODE=4
 readonly SLURM_PREFIX_ROOT="${HPCTRAIN_SLURM_PREFIX_ROOT:-/opt/hpctrain-slurm}"
+SCRIPT="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+readonly SCRIPT
+# 1 inside a release's root filesystem, where this script runs again (started by its host side).
+readonly IN_ROOTFS="${HPCTRAIN_IN_ROOTFS:-0}"
+ROOTFS=""
 
 # One MariaDB and one munged serve every series; each series has its own daemons, ports,
 # configuration, state and accounting database, so clusters run side by side.
@@ -54,6 +61,21 @@ case "$SLURM_SERIES" in
         LOG_DIR="$BASE_LOG_DIR"
         CONF_DIR="/etc/slurm"
         DB_NAME="slurm_acct_db"
+        ;;
+    24.11 | 26.05)
+        # Debian's own packages in a root filesystem: inside it, the paths of a plain host.
+        PORT_OFFSET=$([[ "$SLURM_SERIES" == 24.11 ]] && echo 200 || echo 300)
+        SLURM_PREFIX=""
+        ROOTFS="${SLURM_PREFIX_ROOT}/${SLURM_SERIES}/rootfs"
+        CLUSTER_NAME="hpctrain-${SLURM_SERIES/./}"
+        STATE_DIR="$BASE_STATE_DIR"
+        LOG_DIR="$BASE_LOG_DIR"
+        CONF_DIR="/etc/slurm"
+        DB_NAME="slurm_acct_db_${SLURM_SERIES/./}"
+        if ((!IN_ROOTFS)) && [[ ! -x "${ROOTFS}/usr/sbin/slurmctld" ]]; then
+            echo "local-cluster.sh: no Slurm ${SLURM_SERIES} root filesystem in ${ROOTFS}: run scripts/build-slurm.sh ${SLURM_SERIES}" >&2
+            exit 1
+        fi
         ;;
     25.11)
         PORT_OFFSET=100
@@ -71,12 +93,12 @@ case "$SLURM_SERIES" in
         export PATH="${SLURM_PREFIX}/sbin:${SLURM_PREFIX}/bin:${PATH}"
         ;;
     *)
-        echo "local-cluster.sh: unknown --slurm ${SLURM_SERIES} (known: 22.05, 25.11)" >&2
+        echo "local-cluster.sh: unknown --slurm ${SLURM_SERIES} (known: 22.05, 24.11, 25.11, 26.05)" >&2
         exit 2
         ;;
 esac
 export SLURM_CONF="${CONF_DIR}/slurm.conf"
-readonly SLURM_SERIES PORT_OFFSET SLURM_PREFIX CLUSTER_NAME STATE_DIR LOG_DIR CONF_DIR DB_NAME
+readonly SLURM_SERIES PORT_OFFSET SLURM_PREFIX ROOTFS CLUSTER_NAME STATE_DIR LOG_DIR CONF_DIR DB_NAME
 readonly BASE_STATE_DIR BASE_LOG_DIR
 readonly CTLD_PORT=$((6817 + PORT_OFFSET))
 readonly DBD_PORT=$((6819 + PORT_OFFSET))
@@ -673,15 +695,19 @@ wait_usable() {
 
 bring_up() {
     local mode=$1 restart_slurm=0
-    ensure_packages
+    # In a root filesystem the host side has installed, started munged and MariaDB, and made the
+    # database (munged answers through the bound /run, MariaDB on 127.0.0.1).
+    ((IN_ROOTFS)) || ensure_packages
     ensure_hosts
     ensure_dirs
     echo "$mode" >"$MODE_FILE"
     if write_slurm_configs "$mode"; then restart_slurm=1; fi
-    start_munge
+    ((IN_ROOTFS)) || start_munge
     if [[ "$mode" == on ]]; then
-        start_mariadb
-        ensure_database
+        if ((!IN_ROOTFS)); then
+            start_mariadb
+            ensure_database
+        fi
         start_slurmdbd
     fi
     if ((restart_slurm)); then
@@ -828,9 +854,57 @@ cmd_status() {
     return 1
 }
 
+# ------------------------------------------------------- root filesystems --
+
+# mount_rootfs: /proc, /sys, /dev, /run and the repository's folder bound into the release's root
+# filesystem, with this host's names and Python (hpctrain's venv there uses it: the host's wheels).
+mount_rootfs() {
+    local dir work python_home
+    work="$(dirname "$(dirname "$(dirname "$SCRIPT")")")"
+    python_home="$(python3 -c 'import sys; print(sys.base_prefix)')"
+    for dir in /proc /sys /dev /run "$work" "$python_home"; do
+        mkdir -p "${ROOTFS}${dir}"
+        mountpoint -q "${ROOTFS}${dir}" || mount --rbind "$dir" "${ROOTFS}${dir}"
+    done
+    cp /etc/hosts "${ROOTFS}/etc/hosts"
+}
+
+# in_rootfs CMD...: CMD inside the release's root filesystem, in this directory.
+in_rootfs() {
+    chroot "$ROOTFS" /usr/bin/env -C "$PWD" HPCTRAIN_IN_ROOTFS=1 HPCTRAIN_SLURM="$SLURM_SERIES" \
+        PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+
+# rootfs_command CMD ARGS...: a command of a root-filesystem release, from the host.
+rootfs_command() {
+    local cmd=$1
+    shift
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    mount_rootfs
+    if [[ "$cmd" == up ]]; then
+        # The services every release shares run on the host.
+        start_munge
+        start_mariadb
+        ensure_database
+    fi
+    if [[ "$cmd" == run ]]; then
+        in_rootfs "$@"
+    else
+        in_rootfs "$SCRIPT" "$cmd" "$@"
+    fi
+}
+
 main() {
     local cmd=${1:-}
     (($#)) && shift
+    if [[ -n "$ROOTFS" ]] && ((!IN_ROOTFS)); then
+        case "$cmd" in
+            up | down | status | recover | accounting | env | run)
+                rootfs_command "$cmd" "$@"
+                return
+                ;;
+        esac
+    fi
     case "$cmd" in
         up | down | recover | accounting)
             [[ $EUID -eq 0 ]] || die "must run as root"
@@ -843,6 +917,7 @@ main() {
         recover) cmd_recover ;;
         accounting) cmd_accounting "$@" ;;
         env) cmd_env ;;
+        run) HPCTRAIN_SLURM="$SLURM_SERIES" "$@" ;;
         -h | --help | help) usage ;;
         *)
             usage >&2
