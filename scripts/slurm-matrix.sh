@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # slurm-matrix.sh - run hpctrain's Slurm-facing tests on each Slurm release the local cluster offers.
 #
-#   scripts/slurm-matrix.sh [--slurm 22.05,25.11] [PYTEST ARGS...]
+#   scripts/slurm-matrix.sh [--slurm 22.05,24.11,25.11,26.05] [PYTEST ARGS...]
 #
 # For each release (default: all of them): build it when it is not Debian's (scripts/build-slurm.sh,
 # cached under /opt), bring its cluster up beside the others (scripts/local-cluster.sh --slurm V up),
@@ -43,19 +43,25 @@ die() {
     exit 1
 }
 
-# venv_for RELEASE: the Python of the release's venv (made once): the host's packages (torch,
-# hpctrain's dependencies) plus what the release needs of its own (25.11: pyslurm built against it).
+# venv_for RELEASE: the Python of the release's venv (made once), as the release's environment
+# sees it: this host's Python and packages (torch, hpctrain's dependencies; in a root filesystem
+# through a bind mount), plus what the release needs of its own (25.11: pyslurm built against it).
 venv_for() {
-    local release=$1
-    if [[ "$release" == 22.05 ]]; then
-        command -v python3
-        return 0
-    fi
-    local prefix="${PREFIX_ROOT}/${release}" venv="${PREFIX_ROOT}/${release}/venv"
-    if [[ ! -x "${venv}/bin/python" ]]; then
-        python3 -m venv --system-site-packages "$venv" >&2
+    local release=$1 host_python venv
+    host_python="$(python3 -c 'import sys; print(sys.executable)')"
+    case "$release" in
+        22.05)
+            printf '%s\n' "$host_python"
+            return 0
+            ;;
+        25.11) venv="${PREFIX_ROOT}/${release}/venv" ;;
+        *) venv="/opt/hpctrain-venv" ;; # inside the release's root filesystem
+    esac
+    if ! scripts/local-cluster.sh --slurm "$release" run test -x "${venv}/bin/python"; then
+        scripts/local-cluster.sh --slurm "$release" run "$host_python" -m venv --system-site-packages "$venv" >&2
     fi
     if [[ "$release" == 25.11 ]] && ! "${venv}/bin/python" -c 'import pyslurm' 2>/dev/null; then
+        local prefix="${PREFIX_ROOT}/${release}"
         log "building pyslurm ${PYSLURM_VERSION} against ${prefix}"
         SLURM_INCLUDE_DIR="${prefix}/include" SLURM_LIB_DIR="${prefix}/lib" PYSLURM_BUILD_JOBS=2 \
             nice -n 10 "${venv}/bin/pip" install --no-cache-dir "pyslurm==${PYSLURM_VERSION}" >&2 ||
@@ -80,12 +86,12 @@ leg() {
         tests+=("${LOST_NODE[@]}")
     fi
     log "Slurm ${release}: ${#tests[@]} test targets with ${python}"
+    # The other releases' clusters belong to this script: taking their nodes down harms no one.
+    local disruptive="${HPCTRAIN_DISRUPTIVE:-0}"
+    [[ "$release" == 22.05 ]] || disruptive=1
     (
-        eval "$(scripts/local-cluster.sh --slurm "$release" env)"
-        export PYTHONPATH="$REPO"
-        # The other releases' clusters belong to this script: taking their nodes down harms no one.
-        if [[ "$release" != 22.05 ]]; then export HPCTRAIN_DISRUPTIVE=1; fi
-        "$python" -m pytest -p no:cacheprovider -q -rs "${tests[@]}" "$@" >&2
+        scripts/local-cluster.sh --slurm "$release" run env PYTHONPATH="$REPO" HPCTRAIN_DISRUPTIVE="$disruptive" \
+            "$python" -m pytest -p no:cacheprovider -q -rs "${tests[@]}" "$@" >&2
     ) || rc=$?
     printf '%s %s %ss\n' "$release" "$( ((rc == 0)) && echo passed || echo "FAILED (pytest exit ${rc})")" \
         "$((SECONDS - start))"
@@ -93,7 +99,7 @@ leg() {
 }
 
 main() {
-    local releases="22.05,25.11" pytest_args=()
+    local releases="22.05,24.11,25.11,26.05" pytest_args=()
     while (($#)); do
         case "$1" in
             --slurm)
