@@ -292,13 +292,16 @@ def test_requeued_job_is_not_over_until_its_second_run_ends(harness: Harness) ->
         'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then scontrol requeue "$SLURM_JOB_ID"; sleep 120; fi'
     )
     job_id = harness.submit(run_dir, body, Directive("requeue"), Directive("open-mode", "append"))
-    running = harness.wait(job_id, lambda i: i.state is JobState.RUNNING, RUNNING_WAIT_S)
-    assert running.state is JobState.RUNNING, running
-    # Requeued: REQUEUED for a moment, then PENDING (Slurm holds it back about two minutes, BeginTime).
+    log = run_dir / "logs" / "batch.log"
+    deadline = time.monotonic() + RUNNING_WAIT_S
+    while "run 0" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(POLL_EVERY_S)
+    # Requeued (the first run may be over before any poll sees it RUNNING): REQUEUED for a moment,
+    # then PENDING, held back for about two minutes (BeginTime), never terminal.
     back = harness.wait(job_id, lambda i: i.state is JobState.PENDING, RUNNING_WAIT_S)
     assert back.state is JobState.PENDING, back
     make_eligible(job_id)
     info = harness.finish(job_id)
     assert info.state is JobState.COMPLETED, info
-    log = (run_dir / "logs" / "batch.log").read_text()
-    assert "run 0" in log and "run 1" in log, log
+    text = log.read_text()
+    assert "run 0" in text and "run 1" in text, text
