@@ -30,18 +30,6 @@ die() {
     exit 1
 }
 
-[[ $# -eq 1 ]] || die "usage: $PROG VERSION (e.g. 25.11)"
-readonly VERSION="$1"
-[[ "$VERSION" =~ ^[0-9]+\.[0-9]+$ ]] || die "version must look like 25.11, got '${VERSION}'"
-
-readonly PREFIX="${PREFIX_ROOT}/${VERSION}"
-readonly STAMP="${PREFIX}/.built"
-
-if [[ -f "$STAMP" ]]; then
-    log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
-    exit 0
-fi
-
 # debian_rootfs SUITE: Debian's Slurm (and what the cluster and hpctrain's tests need) in a chroot.
 debian_rootfs() {
     local suite=$1 started=$SECONDS rootfs="${PREFIX}/rootfs"
@@ -50,7 +38,8 @@ debian_rootfs() {
     mkdir -p "$PREFIX"
     rm -rf "$rootfs"
     log "making a Debian ${suite} root filesystem in ${rootfs}"
-    nice -n 10 mmdebstrap --variant=apt --components=main \
+    # The mirror may serve a snapshot whose Release file is past its Valid-Until (sid's is short).
+    nice -n 10 mmdebstrap --variant=apt --components=main --aptopt='Acquire::Check-Valid-Until "false"' \
         --include=slurm-wlm,slurmdbd,munge,mariadb-client,python3,python3-venv,procps,iproute2,libpmix-dev \
         "$suite" "$rootfs" http://deb.debian.org/debian >"${PREFIX}/mmdebstrap.log" 2>&1 || {
         tail -n 30 "${PREFIX}/mmdebstrap.log" >&2
@@ -62,58 +51,77 @@ debian_rootfs() {
     log "done: $(cat "$STAMP")"
 }
 
-case "$VERSION" in
-    24.11)
-        debian_rootfs trixie
-        exit 0
-        ;;
-    26.05)
-        debian_rootfs sid
-        exit 0
-        ;;
-esac
+# build_from_source: the vendored release, configured for PREFIX, built with 2 jobs, installed.
+build_from_source() {
+    local tarballs missing package build_dir started
+    shopt -s nullglob
+    tarballs=("${VENDOR_DIR}/slurm-${VERSION}".*.tar.xz)
+    shopt -u nullglob
+    ((${#tarballs[@]} == 1)) || die "expected one ${VENDOR_DIR}/slurm-${VERSION}.*.tar.xz, found ${#tarballs[@]}"
+    TARBALL="${tarballs[0]}"
 
-shopt -s nullglob
-tarballs=("${VENDOR_DIR}/slurm-${VERSION}".*.tar.xz)
-shopt -u nullglob
-((${#tarballs[@]} == 1)) || die "expected one ${VENDOR_DIR}/slurm-${VERSION}.*.tar.xz, found ${#tarballs[@]}"
-readonly TARBALL="${tarballs[0]}"
+    missing=()
+    for package in "${BUILD_DEPS[@]}"; do
+        dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
+            missing+=("$package")
+    done
+    if ((${#missing[@]})); then
+        log "installing build dependencies: ${missing[*]}"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
+    fi
 
-missing=()
-for package in "${BUILD_DEPS[@]}"; do
-    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q 'install ok installed' ||
-        missing+=("$package")
-done
-if ((${#missing[@]})); then
-    log "installing build dependencies: ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "${missing[@]}" >/dev/null
-fi
+    # A build that stops half way (killed, out of disk) resumes where make left off.
+    build_dir="/var/tmp/hpctrain-slurm-build-${VERSION}"
+    if [[ ! -x "${build_dir}/configure" ]]; then
+        rm -rf "$build_dir"
+        mkdir -p "$build_dir"
+        log "unpacking ${TARBALL}"
+        tar -xJf "$TARBALL" -C "$build_dir" --strip-components=1
+    fi
 
-build_dir="$(mktemp -d "/tmp/slurm-${VERSION}-build.XXXXXX")"
-trap 'rm -rf "$build_dir"' EXIT
-log "unpacking ${TARBALL}"
-tar -xJf "$TARBALL" -C "$build_dir" --strip-components=1
-
-started=$SECONDS
-cd "$build_dir"
-log "configuring for ${PREFIX}"
-# The configuration lives with the cluster (SLURM_CONF), not in the prefix.
-nice -n 10 ./configure --prefix="$PREFIX" --sysconfdir="${PREFIX}/etc" \
-    --disable-debug \
-    >"${build_dir}/configure.log" 2>&1 || {
-    tail -n 30 "${build_dir}/configure.log" >&2
-    die "configure failed"
+    started=$SECONDS
+    cd "$build_dir"
+    log "configuring for ${PREFIX}"
+    # The configuration lives with the cluster (SLURM_CONF), not in the prefix.
+    [[ -f config.status ]] || nice -n 10 ./configure --prefix="$PREFIX" --sysconfdir="${PREFIX}/etc" \
+        --disable-debug \
+        >"${build_dir}/configure.log" 2>&1 || {
+        tail -n 30 "${build_dir}/configure.log" >&2
+        die "configure failed"
+    }
+    log "building with make -j2 (nice 10)"
+    nice -n 10 make -j2 >"${build_dir}/make.log" 2>&1 || {
+        tail -n 30 "${build_dir}/make.log" >&2
+        die "make failed"
+    }
+    nice -n 10 make install >"${build_dir}/install.log" 2>&1 || {
+        tail -n 30 "${build_dir}/install.log" >&2
+        die "make install failed"
+    }
+    mkdir -p "${PREFIX}/etc"
+    printf 'built %s from %s in %ss on %s cores\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
+        "$(basename "$TARBALL")" "$((SECONDS - started))" "$(nproc)" >"$STAMP"
+    cd /
+    rm -rf "$build_dir"
+    log "done: $(cat "$STAMP")"
 }
-log "building with make -j2 (nice 10)"
-nice -n 10 make -j2 >"${build_dir}/make.log" 2>&1 || {
-    tail -n 30 "${build_dir}/make.log" >&2
-    die "make failed"
+
+# The whole script is read before it runs (main at the end), so editing it mid-build is harmless.
+main() {
+    [[ $# -eq 1 ]] || die "usage: $PROG VERSION (e.g. 25.11)"
+    VERSION="$1"
+    [[ "$VERSION" =~ ^[0-9]+\.[0-9]+$ ]] || die "version must look like 25.11, got '${VERSION}'"
+    PREFIX="${PREFIX_ROOT}/${VERSION}"
+    STAMP="${PREFIX}/.built"
+    if [[ -f "$STAMP" ]]; then
+        log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
+        return 0
+    fi
+    case "$VERSION" in
+        24.11) debian_rootfs trixie ;;
+        26.05) debian_rootfs sid ;;
+        *) build_from_source ;;
+    esac
 }
-nice -n 10 make install >"${build_dir}/install.log" 2>&1 || {
-    tail -n 30 "${build_dir}/install.log" >&2
-    die "make install failed"
-}
-mkdir -p "${PREFIX}/etc"
-printf 'built %s from %s in %ss on %s cores\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
-    "$(basename "$TARBALL")" "$((SECONDS - started))" "$(nproc)" >"$STAMP"
-log "done: $(cat "$STAMP")"
+
+main "$@"
