@@ -102,6 +102,12 @@ readonly SLURM_SERIES PORT_OFFSET SLURM_PREFIX ROOTFS CLUSTER_NAME STATE_DIR LOG
 readonly BASE_STATE_DIR BASE_LOG_DIR
 readonly CTLD_PORT=$((6817 + PORT_OFFSET))
 readonly DBD_PORT=$((6819 + PORT_OFFSET))
+# Slurm 25.05 and later may requeue a job to the front of the queue, eligible at once
+# (`--requeue=expedite`), where the cluster allows it.
+case "$SLURM_SERIES" in
+    25.11 | 26.05) readonly CTLD_PARAMETERS_LINE=$'\n'"SlurmctldParameters=enable_expedited_requeue" ;;
+    *) readonly CTLD_PARAMETERS_LINE="" ;;
+esac
 # The 22.05 cluster's slurm.conf stays byte-identical (a change would restart its daemons under
 # everyone's jobs), so only the other series spell slurmdbd's port.
 if ((PORT_OFFSET)); then
@@ -392,7 +398,7 @@ KillWait=5
 Waittime=0
 JobRequeue=1
 PreemptType=preempt/none
-SchedulerType=sched/backfill
+SchedulerType=sched/backfill${CTLD_PARAMETERS_LINE}
 SchedulerParameters=bf_interval=2,sched_interval=2,sched_min_interval=100000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
