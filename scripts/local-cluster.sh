@@ -932,4 +932,5 @@ main() {
     esac
 }
 
-main "$@"
+# (one line: bash reads a script as it runs, so an edit mid-run must not add commands after main)
+main "$@"; exit $?

@@ -125,4 +125,5 @@ main() {
     return "$failed"
 }
 
-main "$@"
+# (one line: bash reads a script as it runs, so an edit mid-run must not add commands after main)
+main "$@"; exit $?
