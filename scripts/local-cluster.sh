@@ -14,6 +14,8 @@
 # Debian Slurm (the default); the others run beside it on their own ports, from scripts/build-slurm.sh:
 # 25.11 built from source under /opt, 24.11 and 26.05 in Debian trixie/sid root filesystems (chroot).
 # See docs/local-cluster.md and docs/compatibility.md.
+# Functions that run only through wait_until "$@" read as unreachable to shellcheck.
+# shellcheck disable=SC2317
 set -euo pipefail
 
 # The Slurm series this run manages: `--slurm V` anywhere in the arguments, else HPCTRAIN_SLURM.
