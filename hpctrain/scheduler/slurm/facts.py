@@ -119,7 +119,9 @@ def parse_mpi_list(text: str) -> list[str]:
 # the date of the last passing run; docs/compatibility.md has the matrix of features by release.
 TESTED_SLURM: dict[str, str] = {
     "22.05": "2026-12-04",
+    "24.11": "2026-12-04",
     "25.11": "2026-12-04",
+    "26.05": "2026-12-04",
 }
 
 
