@@ -7,34 +7,138 @@
 #   scripts/local-cluster.sh recover                kill stuck steps, resume bad nodes
 #   scripts/local-cluster.sh accounting on|off      toggle slurmdbd accounting (sacct)
 #   scripts/local-cluster.sh accounting             print the current accounting mode
+#   scripts/local-cluster.sh env                    print the exports that point clients at it
+#   scripts/local-cluster.sh run CMD...             run CMD with this cluster's Slurm commands
 #
-# See docs/local-cluster.md for details and known quirks.
+# Every command takes --slurm 22.05|24.11|25.11|26.05 (or HPCTRAIN_SLURM): 22.05 is this host's
+# Debian Slurm (the default); the others run beside it on their own ports, from scripts/build-slurm.sh:
+# 25.11 built from source under /opt, 24.11 and 26.05 in Debian trixie/sid root filesystems (chroot).
+# See docs/local-cluster.md and docs/compatibility.md.
+# Functions that run only through wait_until "$@" read as unreachable to shellcheck.
+# shellcheck disable=SC2317
 set -euo pipefail
 
-readonly CLUSTER_NAME="hpctrain-local"
+# The Slurm series this run manages: `--slurm V` anywhere in the arguments, else HPCTRAIN_SLURM.
+SLURM_SERIES="${HPCTRAIN_SLURM:-22.05}"
+ARGS=()
+while (($#)); do
+    case "$1" in
+        --slurm)
+            (($# >= 2)) || { echo "local-cluster.sh: --slurm needs a version" >&2 && exit 2; }
+            SLURM_SERIES=$2
+            shift 2
+            ;;
+        --slurm=*)
+            SLURM_SERIES=${1#--slurm=}
+            shift
+            ;;
+        *)
+            ARGS+=("$1")
+            shift
+            ;;
+    esac
+done
+set -- "${ARGS[@]+"${ARGS[@]}"}"
+
 readonly NODES=(node1 node2)
 readonly NODE_RANGE="node[1-2]"
-readonly NODE_PORTS="17001-17002"
 readonly GPUS_PER_NODE=4
+readonly SLURM_PREFIX_ROOT="${HPCTRAIN_SLURM_PREFIX_ROOT:-/opt/hpctrain-slurm}"
+SCRIPT="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+readonly SCRIPT
+# 1 inside a release's root filesystem, where this script runs again (started by its host side).
+readonly IN_ROOTFS="${HPCTRAIN_IN_ROOTFS:-0}"
+ROOTFS=""
 
-STATE_DIR="${HPCTRAIN_LOCAL_STATE_DIR:-/var/lib/hpctrain-local}"
-LOG_DIR="${HPCTRAIN_LOCAL_LOG_DIR:-/var/log/hpctrain-local}"
-CONF_DIR="/etc/slurm"
+# One MariaDB and one munged serve every series; each series has its own daemons, ports,
+# configuration, state and accounting database, so clusters run side by side.
+BASE_STATE_DIR="${HPCTRAIN_LOCAL_STATE_DIR:-/var/lib/hpctrain-local}"
+BASE_LOG_DIR="${HPCTRAIN_LOCAL_LOG_DIR:-/var/log/hpctrain-local}"
+case "$SLURM_SERIES" in
+    22.05)
+        PORT_OFFSET=0
+        SLURM_PREFIX=""
+        CLUSTER_NAME="hpctrain-local"
+        STATE_DIR="$BASE_STATE_DIR"
+        LOG_DIR="$BASE_LOG_DIR"
+        CONF_DIR="/etc/slurm"
+        DB_NAME="slurm_acct_db"
+        ;;
+    24.11 | 26.05)
+        # Debian's own packages in a root filesystem: inside it, the paths of a plain host.
+        PORT_OFFSET=$([[ "$SLURM_SERIES" == 24.11 ]] && echo 200 || echo 300)
+        SLURM_PREFIX=""
+        ROOTFS="${SLURM_PREFIX_ROOT}/${SLURM_SERIES}/rootfs"
+        CLUSTER_NAME="hpctrain-${SLURM_SERIES/./}"
+        STATE_DIR="$BASE_STATE_DIR"
+        LOG_DIR="$BASE_LOG_DIR"
+        CONF_DIR="/etc/slurm"
+        DB_NAME="slurm_acct_db_${SLURM_SERIES/./}"
+        if ((!IN_ROOTFS)) && [[ ! -x "${ROOTFS}/usr/sbin/slurmctld" ]]; then
+            echo "local-cluster.sh: no Slurm ${SLURM_SERIES} root filesystem in ${ROOTFS}: run scripts/build-slurm.sh ${SLURM_SERIES}" >&2
+            exit 1
+        fi
+        ;;
+    25.11)
+        PORT_OFFSET=100
+        SLURM_PREFIX="${SLURM_PREFIX_ROOT}/${SLURM_SERIES}"
+        CLUSTER_NAME="hpctrain-${SLURM_SERIES/./}"
+        STATE_DIR="${BASE_STATE_DIR}-${SLURM_SERIES}"
+        LOG_DIR="${BASE_LOG_DIR}-${SLURM_SERIES}"
+        # The build's sysconfdir: its commands find slurm.conf there without SLURM_CONF.
+        CONF_DIR="${SLURM_PREFIX}/etc"
+        DB_NAME="slurm_acct_db_${SLURM_SERIES/./}"
+        [[ -x "${SLURM_PREFIX}/sbin/slurmctld" ]] || {
+            echo "local-cluster.sh: Slurm ${SLURM_SERIES} is not built in ${SLURM_PREFIX}: run scripts/build-slurm.sh ${SLURM_SERIES}" >&2
+            exit 1
+        }
+        export PATH="${SLURM_PREFIX}/sbin:${SLURM_PREFIX}/bin:${PATH}"
+        ;;
+    *)
+        echo "local-cluster.sh: unknown --slurm ${SLURM_SERIES} (known: 22.05, 24.11, 25.11, 26.05)" >&2
+        exit 2
+        ;;
+esac
+export SLURM_CONF="${CONF_DIR}/slurm.conf"
+readonly SLURM_SERIES PORT_OFFSET SLURM_PREFIX ROOTFS CLUSTER_NAME STATE_DIR LOG_DIR CONF_DIR DB_NAME
+readonly BASE_STATE_DIR BASE_LOG_DIR
+readonly CTLD_PORT=$((6817 + PORT_OFFSET))
+readonly DBD_PORT=$((6819 + PORT_OFFSET))
+# Slurm 25.05 and later may requeue a job to the front of the queue, eligible at once
+# (`--requeue=expedite`), where the cluster allows it.
+case "$SLURM_SERIES" in
+    25.11 | 26.05) readonly CTLD_PARAMETERS_LINE=$'\n'"SlurmctldParameters=enable_expedited_requeue" ;;
+    *) readonly CTLD_PARAMETERS_LINE="" ;;
+esac
+# The 22.05 cluster's slurm.conf stays byte-identical (a change would restart its daemons under
+# everyone's jobs), so only the other series spell slurmdbd's port.
+if ((PORT_OFFSET)); then
+    readonly DBD_PORT_LINE=$'\n'"AccountingStoragePort=${DBD_PORT}"
+else
+    readonly DBD_PORT_LINE=""
+fi
+readonly NODE_PORTS="$((17001 + PORT_OFFSET))-$((17000 + PORT_OFFSET + ${#NODES[@]}))"
 TIMEOUT="${HPCTRAIN_LOCAL_TIMEOUT:-90}"
-readonly STATE_DIR LOG_DIR CONF_DIR TIMEOUT
+readonly TIMEOUT
 
 readonly RUN_DIR="${STATE_DIR}/run"
 readonly MODE_FILE="${STATE_DIR}/accounting-mode"
-readonly DB_DATADIR="${STATE_DIR}/mysql"
-readonly DB_CNF="${STATE_DIR}/my.cnf"
-readonly DB_SOCKET="${RUN_DIR}/mysqld.sock"
-readonly DB_PIDFILE="${RUN_DIR}/mysqld.pid"
+readonly DB_RUN_DIR="${BASE_STATE_DIR}/run"
+readonly DB_DATADIR="${BASE_STATE_DIR}/mysql"
+readonly DB_CNF="${BASE_STATE_DIR}/my.cnf"
+readonly DB_SOCKET="${DB_RUN_DIR}/mysqld.sock"
+readonly DB_PIDFILE="${DB_RUN_DIR}/mysqld.pid"
+readonly DB_LOG="${BASE_LOG_DIR}/mariadb.log"
 readonly DB_PORT=13306
-readonly DB_NAME="slurm_acct_db"
 readonly DB_USER="slurm"
 readonly DB_PASS="hpctrain-local"
 readonly MUNGE_PIDFILE="/run/munge/munged.pid"
-readonly LOCK_FILE="/run/lock/hpctrain-local-cluster.lock"
+# 22.05 keeps the lock it always had, so older copies of this script still take turns with it.
+if [[ "$SLURM_SERIES" == 22.05 ]]; then
+    readonly LOCK_FILE="/run/lock/hpctrain-local-cluster.lock"
+else
+    readonly LOCK_FILE="/run/lock/hpctrain-local-cluster-${SLURM_SERIES}.lock"
+fi
 readonly PACKAGES=(slurm-wlm munge mariadb-server slurmdbd shellcheck libpmix-dev)
 
 PROG="$(basename "$0")"
@@ -55,7 +159,7 @@ die() {
 }
 
 usage() {
-    sed -n '2,10s/^# \{0,1\}//p' "$0"
+    sed -n '2,14s/^# \{0,1\}//p' "$0"
 }
 
 # Serialise concurrent runs. Daemons are started with fd 9 closed ("9>&-") so
@@ -159,6 +263,7 @@ stop_daemon() {
     rm -f "$1"
 }
 
+
 # pids_by_comm COMM_REGEX: pids of every process whose name matches exactly.
 pids_by_comm() {
     local d comm
@@ -168,6 +273,17 @@ pids_by_comm() {
             printf '%s\n' "${d#/proc/}"
         fi
     done
+}
+
+# our_pids_by_comm COMM_REGEX: pids_by_comm, limited to processes that run this series' Slurm
+# binaries (the same file as on PATH), so the clusters of other series on this host are never touched.
+our_pids_by_comm() {
+    local pid comm binary
+    while read -r pid; do
+        comm="$(cat "/proc/${pid}/comm" 2>/dev/null)" || continue
+        binary="$(command -v "$comm" 2>/dev/null)" || continue
+        if [[ "/proc/${pid}/exe" -ef "$binary" ]]; then printf '%s\n' "$pid"; fi
+    done < <(pids_by_comm "$1")
 }
 
 accounting_mode() {
@@ -243,13 +359,17 @@ ensure_dirs() {
 }
 
 render_slurm_conf() {
-    local mode=$1 host acct
+    local mode=$1 host acct node_hostnames
     host="$(hostname -s)"
+    # Debian builds Slurm with multiple-slurmd support: every node may name this host. The 25.11
+    # build has none and drops nodes that share a NodeHostname ("can't find address for host"),
+    # so there each node is its own name (resolved through /etc/hosts).
+    node_hostnames=$([[ -n "$SLURM_PREFIX" ]] && echo "$NODE_RANGE" || echo "$host")
     if [[ "$mode" == on ]]; then
         # gres/gpu as an accounting TRES is only valid with slurmdbd (slurmctld
         # refuses to start otherwise).
         acct="AccountingStorageType=accounting_storage/slurmdbd
-AccountingStorageHost=localhost
+AccountingStorageHost=localhost${DBD_PORT_LINE}
 AccountingStorageTRES=gres/gpu
 # Job comments in accounting: hpctrain index check finds the job of a killed submit by the run id
 # its comment carries, also once the job has left the queue.
@@ -267,7 +387,7 @@ SlurmctldHost=${host}(127.0.0.1)
 SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
-SlurmctldPort=6817
+SlurmctldPort=${CTLD_PORT}
 StateSaveLocation=${STATE_DIR}/slurmctld
 SlurmdSpoolDir=${STATE_DIR}/slurmd/%n
 SlurmctldPidFile=${RUN_DIR}/slurmctld.pid
@@ -287,7 +407,7 @@ KillWait=5
 Waittime=0
 JobRequeue=1
 PreemptType=preempt/none
-SchedulerType=sched/backfill
+SchedulerType=sched/backfill${CTLD_PARAMETERS_LINE}
 SchedulerParameters=bf_interval=2,sched_interval=2,sched_min_interval=100000
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core_Memory
@@ -296,7 +416,7 @@ GresTypes=gpu
 ${acct}
 JobCompType=jobcomp/none
 MailProg=/bin/true
-NodeName=${NODE_RANGE} NodeHostname=${host} NodeAddr=127.0.0.1 Port=${NODE_PORTS} CPUs=8 RealMemory=8000 Gres=gpu:${GPUS_PER_NODE} State=UNKNOWN
+NodeName=${NODE_RANGE} NodeHostname=${node_hostnames} NodeAddr=127.0.0.1 Port=${NODE_PORTS} CPUs=8 RealMemory=8000 Gres=gpu:${GPUS_PER_NODE} State=UNKNOWN
 PartitionName=debug Nodes=${NODE_RANGE} Default=YES MaxTime=02:00:00 State=UP
 PartitionName=cpu Nodes=${NODE_RANGE} MaxTime=04:00:00 State=UP
 EOF
@@ -316,7 +436,7 @@ render_slurmdbd_conf() {
 # Written by scripts/local-cluster.sh (hpctrain).
 AuthType=auth/munge
 DbdHost=localhost
-DbdPort=6819
+DbdPort=${DBD_PORT}
 SlurmUser=root
 DebugLevel=info
 LogFile=${LOG_DIR}/slurmdbd.log
@@ -341,14 +461,14 @@ pid-file=${DB_PIDFILE}
 port=${DB_PORT}
 bind-address=127.0.0.1
 skip-name-resolve
-log-error=${LOG_DIR}/mariadb.log
+log-error=${DB_LOG}
 innodb_buffer_pool_size=128M
 innodb_log_file_size=64M
 innodb_lock_wait_timeout=900
 innodb_flush_log_at_trx_commit=2
 max_allowed_packet=64M
 [mysqld_safe]
-log-error=${LOG_DIR}/mariadb.log
+log-error=${DB_LOG}
 pid-file=${DB_PIDFILE}
 socket=${DB_SOCKET}
 [client]
@@ -397,14 +517,16 @@ start_munge() {
 db_ok() { mysqladmin --socket="$DB_SOCKET" -uroot ping >/dev/null 2>&1; }
 
 start_mariadb() {
+    mkdir -p "$BASE_STATE_DIR"
     render_my_cnf | install_file "$DB_CNF" 644 || true
     if db_ok; then
         return 0
     fi
     mkdir -p "$DB_DATADIR"
-    chown mysql:mysql "$DB_DATADIR" "$RUN_DIR"
-    touch "${LOG_DIR}/mariadb.log"
-    chown mysql:mysql "${LOG_DIR}/mariadb.log"
+    mkdir -p "$DB_RUN_DIR" "$(dirname "$DB_LOG")"
+    chown mysql:mysql "$DB_DATADIR" "$DB_RUN_DIR"
+    touch "$DB_LOG"
+    chown mysql:mysql "$DB_LOG"
     if [[ ! -d "${DB_DATADIR}/mysql" ]]; then
         local installer=mariadb-install-db
         command -v "$installer" >/dev/null || installer=mysql_install_db
@@ -413,9 +535,13 @@ start_mariadb() {
             >"${LOG_DIR}/mariadb-install.log" 2>&1 ||
             die "mariadb-install-db failed" "${LOG_DIR}/mariadb-install.log"
     fi
-    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"${LOG_DIR}/mariadb.log" 2>&1 9>&- &
-    wait_until "$TIMEOUT" db_ok || die "MariaDB did not answer within ${TIMEOUT}s" "${LOG_DIR}/mariadb.log"
-    mysql --socket="$DB_SOCKET" -uroot <<EOF || die "creating the slurm database/user failed" "${LOG_DIR}/mariadb.log"
+    setsid mysqld_safe --defaults-file="$DB_CNF" </dev/null >>"$DB_LOG" 2>&1 9>&- &
+    wait_until "$TIMEOUT" db_ok || die "MariaDB did not answer within ${TIMEOUT}s" "$DB_LOG"
+}
+
+# ensure_database: this series' accounting database and the slurmdbd user's rights on it.
+ensure_database() {
+    mysql --socket="$DB_SOCKET" -uroot <<EOF || die "creating the slurm database/user failed" "$DB_LOG"
 CREATE DATABASE IF NOT EXISTS ${DB_NAME};
 CREATE USER IF NOT EXISTS '${DB_USER}'@'localhost' IDENTIFIED BY '${DB_PASS}';
 CREATE USER IF NOT EXISTS '${DB_USER}'@'127.0.0.1' IDENTIFIED BY '${DB_PASS}';
@@ -542,7 +668,7 @@ kill_stuck_steps() {
         esac
         log "killing stuck slurmstepd ${pid} (${cmd% }; job state: ${state:-gone})"
         mapfile -t -O "${#victims[@]}" victims < <(descendants "$pid")
-    done < <(pids_by_comm slurmstepd)
+    done < <(our_pids_by_comm slurmstepd)
     if ((${#victims[@]})); then
         stop_pids 5 "${victims[@]}"
     fi
@@ -585,14 +711,19 @@ wait_usable() {
 
 bring_up() {
     local mode=$1 restart_slurm=0
-    ensure_packages
+    # In a root filesystem the host side has installed, started munged and MariaDB, and made the
+    # database (munged answers through the bound /run, MariaDB on 127.0.0.1).
+    ((IN_ROOTFS)) || ensure_packages
     ensure_hosts
     ensure_dirs
     echo "$mode" >"$MODE_FILE"
     if write_slurm_configs "$mode"; then restart_slurm=1; fi
-    start_munge
+    ((IN_ROOTFS)) || start_munge
     if [[ "$mode" == on ]]; then
-        start_mariadb
+        if ((!IN_ROOTFS)); then
+            start_mariadb
+            ensure_database
+        fi
         start_slurmdbd
     fi
     if ((restart_slurm)); then
@@ -649,6 +780,23 @@ cmd_recover() {
     log "cluster recovered"
 }
 
+stop_shared_services() {
+    local pids
+    if db_ok; then
+        mysqladmin --socket="$DB_SOCKET" -uroot shutdown >/dev/null 2>&1 || true
+    fi
+    stop_daemon "$DB_PIDFILE" 'mariadbd|mysqld'
+    mapfile -t pids < <(pids_by_comm 'mysqld_safe|mariadbd|mysqld' | while read -r p; do
+        if tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | grep -q -- "$DB_CNF\|$DB_DATADIR"; then echo "$p"; fi
+    done)
+    if ((${#pids[@]})); then stop_pids 10 "${pids[@]}"; fi
+    stop_daemon "$MUNGE_PIDFILE" munged
+}
+
+cmd_env() {
+    printf 'export PATH=%q\nexport SLURM_CONF=%q\nexport HPCTRAIN_SLURM=%q\n' "$PATH" "$SLURM_CONF" "$SLURM_SERIES"
+}
+
 cmd_down() {
     local wipe=0 pids
     while (($#)); do
@@ -661,12 +809,8 @@ cmd_down() {
     take_lock
     stop_slurm_daemons
     stop_daemon "${RUN_DIR}/slurmdbd.pid" slurmdbd
-    if db_ok; then
-        mysqladmin --socket="$DB_SOCKET" -uroot shutdown >/dev/null 2>&1 || true
-    fi
-    stop_daemon "$DB_PIDFILE" 'mariadbd|mysqld'
     # Leftovers: job steps and any daemon not found through its pidfile.
-    mapfile -t pids < <(pids_by_comm 'slurmstepd|slurmd|slurmctld|slurmdbd')
+    mapfile -t pids < <(our_pids_by_comm 'slurmstepd|slurmd|slurmctld|slurmdbd')
     if ((${#pids[@]})); then
         local all=() p
         for p in "${pids[@]}"; do
@@ -674,11 +818,11 @@ cmd_down() {
         done
         stop_pids 10 "${all[@]}"
     fi
-    mapfile -t pids < <(pids_by_comm 'mysqld_safe|mariadbd|mysqld' | while read -r p; do
-        if tr '\0' ' ' <"/proc/${p}/cmdline" 2>/dev/null | grep -q -- "$DB_CNF\|$DB_DATADIR"; then echo "$p"; fi
-    done)
-    if ((${#pids[@]})); then stop_pids 10 "${pids[@]}"; fi
-    stop_daemon "$MUNGE_PIDFILE" munged
+    if ((wipe)) && [[ "$SLURM_SERIES" != 22.05 ]] && db_ok; then
+        mysql --socket="$DB_SOCKET" -uroot -e "DROP DATABASE IF EXISTS ${DB_NAME}" || true
+    fi
+    # MariaDB and munged serve every series: the 22.05 cluster owns them.
+    if [[ "$SLURM_SERIES" == 22.05 ]]; then stop_shared_services; fi
     if ((wipe)); then
         rm -rf "$STATE_DIR" "$LOG_DIR"
         rm -f "${CONF_DIR}/slurm.conf" "${CONF_DIR}/gres.conf" "${CONF_DIR}/slurmdbd.conf"
@@ -726,9 +870,57 @@ cmd_status() {
     return 1
 }
 
+# ------------------------------------------------------- root filesystems --
+
+# mount_rootfs: /proc, /sys, /dev, /run and the repository's folder bound into the release's root
+# filesystem, with this host's names and Python (hpctrain's venv there uses it: the host's wheels).
+mount_rootfs() {
+    local dir work python_home
+    work="$(dirname "$(dirname "$(dirname "$SCRIPT")")")"
+    python_home="$(python3 -c 'import sys; print(sys.base_prefix)')"
+    for dir in /proc /sys /dev /run "$work" "$python_home"; do
+        mkdir -p "${ROOTFS}${dir}"
+        mountpoint -q "${ROOTFS}${dir}" || mount --rbind "$dir" "${ROOTFS}${dir}"
+    done
+    cp /etc/hosts "${ROOTFS}/etc/hosts"
+}
+
+# in_rootfs CMD...: CMD inside the release's root filesystem, in this directory.
+in_rootfs() {
+    chroot "$ROOTFS" /usr/bin/env -C "$PWD" HPCTRAIN_IN_ROOTFS=1 HPCTRAIN_SLURM="$SLURM_SERIES" \
+        PATH=/usr/sbin:/usr/bin:/sbin:/bin "$@"
+}
+
+# rootfs_command CMD ARGS...: a command of a root-filesystem release, from the host.
+rootfs_command() {
+    local cmd=$1
+    shift
+    [[ $EUID -eq 0 ]] || die "must run as root"
+    mount_rootfs
+    if [[ "$cmd" == up ]]; then
+        # The services every release shares run on the host.
+        start_munge
+        start_mariadb
+        ensure_database
+    fi
+    if [[ "$cmd" == run ]]; then
+        in_rootfs "$@"
+    else
+        in_rootfs "$SCRIPT" "$cmd" "$@"
+    fi
+}
+
 main() {
     local cmd=${1:-}
     (($#)) && shift
+    if [[ -n "$ROOTFS" ]] && ((!IN_ROOTFS)); then
+        case "$cmd" in
+            up | down | status | recover | accounting | env | run)
+                rootfs_command "$cmd" "$@"
+                return
+                ;;
+        esac
+    fi
     case "$cmd" in
         up | down | recover | accounting)
             [[ $EUID -eq 0 ]] || die "must run as root"
@@ -740,6 +932,8 @@ main() {
         status) cmd_status ;;
         recover) cmd_recover ;;
         accounting) cmd_accounting "$@" ;;
+        env) cmd_env ;;
+        run) HPCTRAIN_SLURM="$SLURM_SERIES" "$@" ;;
         -h | --help | help) usage ;;
         *)
             usage >&2
@@ -748,4 +942,5 @@ main() {
     esac
 }
 
-main "$@"
+# (one line: bash reads a script as it runs, so an edit mid-run must not add commands after main)
+main "$@"; exit $?

@@ -179,10 +179,14 @@ def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> B
     torchrun = job.launcher == "torchrun"
     gpus = res.gpus_per_node
     gpu_type = res.gpu_type or part.gpu_type
+    heterogeneous = ps is not None and ps.heterogeneous
     workers = some(
         partition=resolved.partition,
         nodes=res.nodes,
         ntasks_per_node=1 if torchrun else res.ntasks_per_node,
+        # Slurm 24.11 and 26.05 start one task per node of a hetjob component that asks only for
+        # --ntasks-per-node in `srun --het-group=0,1` (22.05 started them all): spell the count out.
+        ntasks=res.nodes * res.ntasks_per_node if heterogeneous and not torchrun else None,
         cpus_per_task=res.cpus_per_task * (res.ntasks_per_node if torchrun else 1),
         gres=(f"{site.gres_name}:{gpu_type}:{gpus}" if gpu_type else f"{site.gres_name}:{gpus}")
         if gpus

@@ -17,12 +17,14 @@ from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unread
 from hpctrain.scheduler.render import shell_quote
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from hpctrain.scheduler.slurm.facts import (
+    TESTED_SLURM,
     ClusterFacts,
     accounting_problem,
     is_number,
     memory_text_mb,
     parse_gres,
     slurm_time,
+    tested_release,
 )
 from hpctrain.spec import Site
 from hpctrain.spec.job import CONTAINER_RUNTIMES
@@ -132,15 +134,25 @@ def container_findings(site: Site, found: dict[str, str]) -> list[Finding]:
     return findings
 
 
+def version_finding(facts: ClusterFacts) -> Finding:
+    """The cluster's Slurm version, and whether hpctrain's tests ran on its release."""
+    version = facts.config.get("SLURM_VERSION", "") or "unknown"
+    release, tested = tested_release(version)
+    untested = f"not tested on it (tested: {', '.join(TESTED_SLURM)})"
+    detail = f"tested on {release} ({tested})" if tested else untested
+    return Finding("cluster", "slurm", "PASS" if tested else "WARN", f"Slurm {version}; hpctrain {detail}")
+
+
 def accounting_findings(facts: ClusterFacts) -> list[Finding]:
     problem = accounting_problem()
     found = [
+        version_finding(facts),
         Finding(
             "cluster",
             "accounting",
             "WARN" if problem else "PASS",
             f"no accounting: {problem[:80]}" if problem else "works",
-        )
+        ),
     ]
     if facts.accounting:
         found.append(

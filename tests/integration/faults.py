@@ -9,6 +9,7 @@ node back (`recover_nodes`).
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -59,13 +60,27 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
+def _ours(pids: str, program: str) -> list[int]:
+    """Of pgrep's answer, the processes that run the `program` on PATH: the clusters of other Slurm
+    versions on this host (scripts/local-cluster.sh --slurm) have nodes of the same names."""
+    binary = shutil.which(program)
+    found = []
+    for pid in (int(p) for p in pids.split()):
+        try:
+            if binary and os.path.samefile(f"/proc/{pid}/exe", binary):
+                found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def node_processes(node: str) -> list[int]:
     """The `slurmd -N node` process and node's slurmstepd processes with all their descendants."""
     pids = []
     out = subprocess.run(["pgrep", "-f", f"slurmd -N {node}\\b"], capture_output=True, text=True, check=False)
-    pids += [int(p) for p in out.stdout.split()]
+    pids += _ours(out.stdout, "slurmd")
     stepds = subprocess.run(["pgrep", "-x", "slurmstepd"], capture_output=True, text=True, check=False)
-    for stepd in (int(p) for p in stepds.stdout.split()):
+    for stepd in _ours(stepds.stdout, "slurmstepd"):
         below = _descendants(stepd)
         if any(_environ(pid).get("SLURMD_NODENAME") == node for pid in below):
             pids += [stepd, *below]

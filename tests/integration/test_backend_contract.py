@@ -13,6 +13,8 @@ from pathlib import Path
 import pytest
 
 from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState
+from hpctrain.scheduler.render import BatchOptions, Directive
+from tests.integration.cluster import make_eligible
 
 # Slurm on a shared two-node test host can keep a job PENDING for a while behind other people's jobs.
 TERMINAL_WAIT_S = 180.0
@@ -36,6 +38,8 @@ class Harness:
     """The query allowed once more per poll, for jobs the controller has forgotten (accounting)."""
     unknown_id: str
     has_test_only: bool
+    is_slurm: bool
+    """Slurm behind it: job arrays, heterogeneous jobs and requeue exist."""
     submitted: list[str] = field(default_factory=list)
 
     def run_dir(self, name: str) -> Path:
@@ -44,19 +48,22 @@ class Harness:
         (path / "logs").mkdir(parents=True, exist_ok=True)
         return path
 
-    def submit(self, run_dir: Path, body: str) -> str:
+    def submit(
+        self, run_dir: Path, body: str, *extra: Directive, components: int = 1, log: str = "batch.log"
+    ) -> str:
+        """Submit `body` with the contract's options (plus `extra`), as the script and as data alike."""
+        job_wide = [
+            Directive("job-name", "hpctrain-contract"),
+            Directive("output", f"{run_dir}/logs/{log}"),
+            Directive("time", "00:05:00"),
+            *extra,
+        ]
+        per_component = [Directive("ntasks", "1"), Directive("cpus-per-task", "1"), Directive("mem", "100M")]
+        batch: BatchOptions = [job_wide + per_component] + [per_component for _ in range(components - 1)]
+        blocks = ["\n".join(f"#SBATCH {d.text}" for d in component) for component in batch]
         script = run_dir / "job.sh"
-        script.write_text(
-            "#!/bin/bash\n"
-            "#SBATCH --job-name=hpctrain-contract\n"
-            f"#SBATCH --output={run_dir}/logs/batch.log\n"
-            "#SBATCH --time=00:05:00\n"
-            "#SBATCH --ntasks=1\n"
-            "#SBATCH --cpus-per-task=1\n"
-            "#SBATCH --mem=100M\n"
-            f"{body}\n"
-        )
-        job_id = self.backend.submit(script, run_dir)
+        script.write_text("#!/bin/bash\n" + "\n#SBATCH hetjob\n".join(blocks) + f"\n{body}\n")
+        job_id = self.backend.submit(script, run_dir, batch)
         assert isinstance(job_id, str) and job_id, f"submit returned {job_id!r}"
         self.submitted.append(job_id)
         return job_id
@@ -114,7 +121,7 @@ def make_local(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
 
     monkeypatch.setenv("HPCTRAIN_HOME", str(tmp / "home"))
     return Harness("local", LocalBackend(), tmp, count_commands(monkeypatch), None, None,
-                   unknown_id="local-999999999", has_test_only=False)  # fmt: skip
+                   unknown_id="local-999999999", has_test_only=False, is_slurm=False)  # fmt: skip
 
 
 def make_slurm_cli(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
@@ -124,7 +131,7 @@ def make_slurm_cli(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
     from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
     return Harness("slurm_cli", SlurmCliBackend(), tmp, count_commands(monkeypatch), "squeue", "sacct",
-                   unknown_id="999999990", has_test_only=True)  # fmt: skip
+                   unknown_id="999999990", has_test_only=True, is_slurm=True)  # fmt: skip
 
 
 def make_pyslurm(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
@@ -136,7 +143,7 @@ def make_pyslurm(tmp: Path, monkeypatch: pytest.MonkeyPatch) -> Harness:
         pytest.skip(f"pyslurm: {reason}")
     backend = pyslurm_backend.PyslurmBackend()
     return Harness("pyslurm", backend, tmp, lambda: Counter(backend.rpc_calls), "load_jobs", "db_load_jobs",
-                   unknown_id="999999990", has_test_only=False)  # fmt: skip
+                   unknown_id="999999990", has_test_only=False, is_slurm=True)  # fmt: skip
 
 
 FACTORIES: dict[str, Callable[[Path, pytest.MonkeyPatch], Harness]] = {
@@ -239,3 +246,62 @@ def test_test_only_answers_or_refuses_cleanly(harness: Harness) -> None:
     else:
         with pytest.raises(BackendError):
             harness.backend.test_only(script)
+
+
+def require_slurm(harness: Harness) -> None:
+    if not harness.is_slurm:
+        print(f"{harness.kind}: no Slurm behind this backend")
+        pytest.skip(f"{harness.kind} has no Slurm behind it (no arrays, hetjobs or requeue)")
+
+
+def test_array_elements_are_polled_in_one_query_and_folded(harness: Harness) -> None:
+    require_slurm(harness)
+    run_dir = harness.run_dir("array")
+    job_id = harness.submit(
+        run_dir, 'echo "element $SLURM_ARRAY_TASK_ID"', Directive("array", "0-2"), log="batch-%a.log"
+    )
+    before = harness.queries()
+    first = harness.backend.poll([job_id], {job_id: 3})[job_id]
+    cost = harness.queries() - before
+    assert first.job_id == job_id, first
+    assert cost[harness.controller_query or ""] == 1 and sum(cost.values()) <= 2, dict(cost)
+
+    info = harness.wait(job_id, lambda i: i.state.terminal, TERMINAL_WAIT_S)
+    # Terminal only once every element is: the fold, not the first element to finish.
+    assert info.state is JobState.COMPLETED, info
+    assert info.elements == {str(n): JobState.COMPLETED for n in range(3)}, info
+    for n in range(3):
+        assert f"element {n}" in (run_dir / "logs" / f"batch-{n}.log").read_text()
+
+
+def test_heterogeneous_job_is_one_job_of_its_components(harness: Harness) -> None:
+    require_slurm(harness)
+    run_dir = harness.run_dir("het")
+    job_id = harness.submit(run_dir, 'echo "components $SLURM_HET_SIZE"', components=2)
+    info = harness.finish(job_id)
+    assert info.job_id == job_id
+    assert info.state is JobState.COMPLETED, info
+    assert "components 2" in (run_dir / "logs" / "batch.log").read_text()
+
+
+def test_requeued_job_is_not_over_until_its_second_run_ends(harness: Harness) -> None:
+    require_slurm(harness)
+    run_dir = harness.run_dir("requeue")
+    body = (
+        'echo "run ${SLURM_RESTART_COUNT:-0}"\n'
+        'if [ "${SLURM_RESTART_COUNT:-0}" = 0 ]; then scontrol requeue "$SLURM_JOB_ID"; sleep 120; fi'
+    )
+    job_id = harness.submit(run_dir, body, Directive("requeue"), Directive("open-mode", "append"))
+    log = run_dir / "logs" / "batch.log"
+    deadline = time.monotonic() + RUNNING_WAIT_S
+    while "run 0" not in (log.read_text() if log.exists() else "") and time.monotonic() < deadline:
+        time.sleep(POLL_EVERY_S)
+    # Requeued (the first run may be over before any poll sees it RUNNING): REQUEUED for a moment,
+    # then PENDING, held back for about two minutes (BeginTime), never terminal.
+    back = harness.wait(job_id, lambda i: i.state is JobState.PENDING, RUNNING_WAIT_S)
+    assert back.state is JobState.PENDING, back
+    make_eligible(job_id)
+    info = harness.finish(job_id)
+    assert info.state is JobState.COMPLETED, info
+    text = log.read_text()
+    assert "run 0" in text and "run 1" in text, text

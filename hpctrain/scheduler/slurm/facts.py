@@ -115,6 +115,37 @@ def parse_mpi_list(text: str) -> list[str]:
     return plugins
 
 
+# The Slurm releases hpctrain is tested against (scripts/slurm-matrix.sh runs its tests on each), with
+# the date of the last passing run; docs/compatibility.md has the matrix of features by release.
+TESTED_SLURM: dict[str, str] = {
+    "22.05": "2026-12-04",
+    "24.11": "2026-12-04",
+    "25.11": "2026-12-04",
+    "26.05": "2026-12-04",
+}
+
+
+def major_minor(text: str) -> tuple[int, int] | None:
+    """`slurm 22.05.8` -> (22, 5); `25.11.2` -> (25, 11); pyslurm spells 18.08 as `18.8`."""
+    match = re.search(r"(\d+)\.(\d+)", text)
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+def slurm_release(version: tuple[int, int]) -> str:
+    """Slurm's own spelling of a release: (22, 5) -> `22.05`."""
+    return f"{version[0]}.{version[1]:02d}"
+
+
+def tested_release(version_text: str) -> tuple[str | None, str | None]:
+    """(the release of a Slurm version such as `25.11.7`, the date hpctrain last passed its tests on
+    it, or None when it never ran there)."""
+    version = major_minor(version_text)
+    if version is None:
+        return None, None
+    release = slurm_release(version)
+    return release, TESTED_SLURM.get(release)
+
+
 def parse_config(text: str) -> dict[str, str]:
     """`scontrol show config`: `Key = value` lines."""
     config = {}

@@ -7,7 +7,7 @@ import re
 from hpctrain.errors import BackendError
 from hpctrain.scheduler.base import JobInfo, JobState, merge_component
 
-# Every state squeue or sacct prints (22.05 to 24.11), folded into the enum. PREEMPTED stays
+# Every state squeue or sacct prints (22.05 to 26.05), folded into the enum. PREEMPTED stays
 # non-terminal: with --requeue a preempted job comes back (the watcher ends it when the spec says
 # preemption.requeue: false).
 SLURM_STATES: dict[str, JobState] = {
@@ -17,6 +17,8 @@ SLURM_STATES: dict[str, JobState] = {
     "REQUEUE_HOLD": JobState.REQUEUED,
     "REQUEUE_FED": JobState.REQUEUED,
     "REQUEUED": JobState.REQUEUED,
+    # 25.05 and later: a job requeued with --requeue=expedite on its way back to the front of the queue.
+    "EXPEDITING": JobState.REQUEUED,
     "RUNNING": JobState.RUNNING,
     "COMPLETING": JobState.RUNNING,
     "SIGNALING": JobState.RUNNING,

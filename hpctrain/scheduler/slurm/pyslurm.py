@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 import signal as signals
 import subprocess
@@ -23,6 +22,7 @@ from hpctrain.scheduler.base import (
     merge_accounting,
     merge_component,
 )
+from hpctrain.scheduler.slurm.facts import major_minor, slurm_release
 from hpctrain.scheduler.slurm.parse import slurm_state
 from hpctrain.spec import memory_mb, time_minutes
 
@@ -43,17 +43,6 @@ VERSION_TIMEOUT_S = 10.0
 # ----------------------------------------------------------------------------------------------
 # Is pyslurm usable here?
 # ----------------------------------------------------------------------------------------------
-
-
-def major_minor(text: str) -> tuple[int, int] | None:
-    """`slurm 22.05.8` -> (22, 5); `25.11.2` -> (25, 11); pyslurm spells 18.08 as `18.8`."""
-    match = re.search(r"(\d+)\.(\d+)", text)
-    return (int(match.group(1)), int(match.group(2))) if match else None
-
-
-def slurm_release(version: tuple[int, int]) -> str:
-    """Slurm's own spelling of a release: (22, 5) -> `22.05`."""
-    return f"{version[0]}.{version[1]:02d}"
 
 
 def cluster_slurm_version() -> tuple[tuple[int, int] | None, str]:
@@ -205,10 +194,7 @@ OPTIONS: dict[str, Option] = {
 
 def unsupported_options(batch: BatchOptions) -> list[str]:
     """What in `batch` this backend cannot submit (empty: all of it translates)."""
-    problems = [f"--{d.option}" for component in batch for d in component if d.option not in OPTIONS]
-    if len(batch) > 1:
-        problems.insert(0, "hetjob (pyslurm submits no heterogeneous jobs)")
-    return problems
+    return [f"--{d.option}" for component in batch for d in component if d.option not in OPTIONS]
 
 
 def apply_options(description: Any, batch: BatchOptions) -> None:
@@ -219,6 +205,8 @@ def apply_options(description: Any, batch: BatchOptions) -> None:
             "the pyslurm backend cannot translate these batch options: "
             f"{', '.join(problems)}; submit with the command-line backend (sbatch) instead"
         )
+    if len(batch) > 1:
+        raise BackendError("pyslurm submits no heterogeneous jobs (no slurm_submit_batch_het_job binding)")
     for directive in batch[0]:
         option = OPTIONS[directive.option]
         try:
@@ -275,14 +263,28 @@ def job_info(job: Any, source: str) -> JobInfo:
     )  # fmt: skip
 
 
+def array_element(job: Any) -> str:
+    """An array job's record as squeue names it: `123_4`, or `123_[5-9]` for its still pending
+    elements; "" for a job that is no array."""
+    array_id = getattr(job, "array_id", None)
+    if not array_id:
+        return ""
+    task = getattr(job, "array_task_id", None)
+    if task is not None:
+        return f"{array_id}_{task}"
+    waiting = getattr(job, "array_tasks_waiting", None)
+    if waiting:
+        return f"{array_id}_[{waiting}]"
+    # pyslurm reads a zero task id as "no value" (None), so element 0 comes without its index.
+    return f"{array_id}_0"
+
+
 def collect(jobs: Iterable[Any], wanted: set[str], source: str) -> dict[str, JobInfo]:
     """The wanted jobs among all loaded ones; components and array tasks merge under their base id."""
     found: dict[str, JobInfo] = {}
     for job in jobs:
         if _base_id(job) in wanted:
-            task = getattr(job, "array_task_id", None)
-            element = f"{job.array_id}_{task}" if getattr(job, "array_id", None) and task is not None else ""
-            merge_component(found, job_info(job, source), element)
+            merge_component(found, job_info(job, source), array_element(job))
     return found
 
 
@@ -318,6 +320,12 @@ class PyslurmBackend(Backend):
                 f"the pyslurm backend submits scripts rendered by hpctrain (with their options as data), "
                 f"not {script}; submit it with the command-line backend (sbatch)"
             )
+        if len(batch) > 1:
+            # pyslurm binds no slurm_submit_batch_het_job: sbatch submits a hetjob (reading the
+            # script's own #SBATCH lines); polls and cancels of it stay on pyslurm.
+            from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+            return SlurmCliBackend().submit(script, run_dir, batch)
         # Passing the path (not the text) makes pyslurm read the file itself and send it as the batch
         # script; working_directory stays unset unless --chdir says, so pyslurm uses the current
         # directory, as sbatch does.

@@ -119,6 +119,8 @@ def test_parameter_server_job_is_heterogeneous(tmp_path: Path) -> None:
     head, _, tail = script.partition("#SBATCH hetjob")
     assert "#SBATCH --partition=cpu" in head and "#SBATCH --ntasks=1" in head
     assert "#SBATCH --partition=debug" in tail and "#SBATCH --ntasks-per-node=4" in tail
+    # Slurm 24.11+ starts one task per node of a component without --ntasks in srun --het-group.
+    assert f"#SBATCH --ntasks={job.resources.nodes * 4}" in tail
     assert "srun --het-group=0,1 --kill-on-bad-exit=0" in script
 
 

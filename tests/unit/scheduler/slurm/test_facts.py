@@ -81,3 +81,13 @@ def test_task_ranks_never_raises_and_stays_small(text: str) -> None:
     ranks = sf.task_ranks(text)
     assert len(ranks) <= (text.count(",") + 1) * sf.MAX_RANGE
     assert all(rank for rank in ranks)
+
+
+@pytest.mark.parametrize(
+    ("version", "release", "tested"),
+    [("25.11.7", "25.11", True), ("22.05.8", "22.05", True), ("23.11.10", "23.11", False), ("", None, False)],
+)
+def test_a_version_is_tested_by_its_release(version: str, release: str | None, tested: bool) -> None:
+    found, date = sf.tested_release(version)
+    assert found == release
+    assert (date is not None) is tested

@@ -203,3 +203,9 @@ def test_pending_elements_keep_the_array_alive() -> None:
 def test_special_exit_is_a_held_requeue_not_a_failure() -> None:
     state = slurm_state("SPECIAL_EXIT")
     assert state is JobState.REQUEUED and not state.terminal
+
+
+def test_expediting_from_slurm_25_is_a_requeue_not_unknown() -> None:
+    """Slurm 25.05 added EXPEDITING (a `--requeue=expedite` job on its way back); squeue prints it."""
+    assert slurm_state("EXPEDITING") is JobState.REQUEUED
+    assert not slurm_state("EXPEDITING").terminal

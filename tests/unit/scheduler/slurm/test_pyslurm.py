@@ -86,7 +86,6 @@ def test_every_option_render_produces_translates(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("batch", "named"),
     [
-        ([[D("job-name", "x")], [D("nodes", "1")]], "hetjob"),
         ([[D("job-name", "x"), D("export", "ALL,FOO=1")]], "--export"),
         ([[D("job-name", "x"), D("hint", "nomultithread")]], "--hint"),
     ],
@@ -95,6 +94,21 @@ def test_untranslatable_options_are_refused_not_dropped(batch: list[list[Directi
     assert any(named in problem for problem in pb.unsupported_options(batch))
     with pytest.raises(BackendError, match="command-line backend"):
         pb.apply_options(SimpleNamespace(), batch)
+
+
+def test_a_hetjob_goes_to_sbatch_since_pyslurm_submits_none(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+    sent = []
+    monkeypatch.setattr(SlurmCliBackend, "submit", lambda self, *args: sent.append(args) or "42")
+    backend = pb.PyslurmBackend(SimpleNamespace())  # type: ignore[arg-type]
+    hetjob = [[D("job-name", "x")], [D("nodes", "1")]]
+    assert backend.submit(tmp_path / "job.sh", tmp_path, hetjob) == "42"
+    assert sent == [(tmp_path / "job.sh", tmp_path, hetjob)]
+    with pytest.raises(BackendError, match="heterogeneous"):
+        pb.apply_options(SimpleNamespace(), hetjob)
 
 
 def test_bad_values_name_the_option() -> None:
@@ -148,3 +162,18 @@ def test_poll_is_one_load_and_merges_components_under_the_submitted_id() -> None
 
 def test_elapsed_reads_like_squeue() -> None:
     assert [pb.elapsed_text(s) for s in (None, 59, 3600, 90061)] == ["0:00", "0:59", "1:00:00", "1-01:01:01"]
+
+
+def test_array_element_zero_keeps_its_index() -> None:
+    """pyslurm 25.11 reads array_task_id 0 as None (zero is its "no value"), like the pending record's."""
+    loaded = [
+        job(41, "COMPLETED", array_id=40, array_task_id=None, array_tasks_waiting=None),  # element 0
+        job(42, "COMPLETED", array_id=40, array_task_id=1),
+        job(40, "PENDING", array_id=40, array_task_id=None, array_tasks_waiting="2-3"),
+    ]
+    backend = pb.PyslurmBackend(fake_pyslurm(loaded))  # type: ignore[arg-type]
+    answer = backend.poll(["40"], {"40": 4})["40"]
+    assert answer.elements == {
+        "0": JobState.COMPLETED, "1": JobState.COMPLETED, "[2-3]": JobState.PENDING,
+    }  # fmt: skip
+    assert answer.state is JobState.PENDING
