@@ -7,6 +7,7 @@ SweepStatus, TrialStatus), never a dict; every failure is an exception of hpctra
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from hpctrain.runs.index import Index
     from hpctrain.runs.logs import LogMerger
     from hpctrain.runs.status import RunStatus
+    from hpctrain.site.doctor import Finding
     from hpctrain.site.lookup import SiteEntry
     from hpctrain.spec import FieldDoc
     from hpctrain.sweep.status import SweepStatus, TrialStatus
@@ -35,6 +37,7 @@ __all__ = [
     "BACKENDS",
     "AfterKind",
     "BackendError",
+    "DoctorReport",
     "HpctrainError",
     "InputError",
     "JobSource",
@@ -42,10 +45,13 @@ __all__ = [
     "NoResult",
     "NothingToReport",
     "Run",
+    "SiteDraft",
     "SpecError",
     "Sweep",
     "WaitTimeout",
     "cancel",
+    "doctor",
+    "draft_site",
     "example_job",
     "example_jobs",
     "fields",
@@ -60,6 +66,8 @@ __all__ = [
     "ranked",
     "render",
     "run_index",
+    "site_folder",
+    "site_reference",
     "site_search_path",
     "sites",
     "spec_json",
@@ -625,6 +633,102 @@ def survey(handles: Sequence[Sweep]) -> list[SweepStatus]:
 # ---------------------------------------------------------------------------------------------
 # Reports
 # ---------------------------------------------------------------------------------------------
+
+
+class DoctorReport:
+    """What `doctor` found: the profile's name, every finding (scope, check, PASS/WARN/FAIL, detail)
+    and the nodes that failed a check."""
+
+    def __init__(self, site: str, findings: list[Finding], bad_nodes: list[str]) -> None:
+        self.site = site
+        self.findings = findings
+        self.bad_nodes = bad_nodes
+
+    @property
+    def ok(self) -> bool:
+        return not any(f.status == "FAIL" for f in self.findings)
+
+
+def doctor(
+    site: str | Path,
+    partition: str | None = None,
+    job: bool = True,
+    tolerance: float = 0.5,
+    timeout: float = 180.0,
+) -> DoctorReport:
+    """The site profile against the live cluster: accounting, partitions, limits, GRES, node states,
+    container runtimes, then (with `job`) a preflight job on the partition's healthy nodes, where a
+    node `tolerance` under the median fails. BackendError when the cluster cannot be read."""
+    from hpctrain import spec
+    from hpctrain.scheduler.slurm.facts import ClusterFacts
+    from hpctrain.site import containers
+    from hpctrain.site import doctor as checks
+    from hpctrain.site.lookup import locate
+
+    profile = spec.load_site(locate(str(site)))
+    name, _ = profile.partition(partition)
+    facts = ClusterFacts.read()
+    findings = checks.accounting_findings(facts) + checks.node_findings(profile, facts)
+    findings += checks.container_findings(profile, containers.detect(facts))
+    if job and name in facts.partitions:
+        nodes = checks.healthy_nodes(findings, facts.partition_nodes(name))
+        report = checks.run_preflight(profile, facts, name, nodes, checks.doctor_home(), tolerance, timeout)
+        findings += checks.preflight_findings(profile, report, nodes)
+    bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})
+    return DoctorReport(profile.name, findings, bad)
+
+
+class SiteDraft:
+    """A site profile read off the live cluster: its data (it loads as a Site), the notes for the
+    reviewer, and the YAML text with those notes as comments."""
+
+    def __init__(self, name: str, data: dict[str, Any], notes: list[str], text: str) -> None:
+        self.name = name
+        self.data = data
+        self.notes = notes
+        self.text = text
+
+
+def draft_site(name: str, probe: bool = True, timeout: float = 120.0) -> SiteDraft:
+    """A site profile named `name` from what the live cluster reports (partitions, limits, GRES,
+    accounts, container runtimes), and with `probe` a job's view of a compute node's network. Nothing
+    is written. SpecError for a bad name; BackendError when the cluster cannot be read."""
+    from hpctrain import spec
+    from hpctrain.scheduler.slurm.facts import ClusterFacts
+    from hpctrain.site import containers
+    from hpctrain.site.builder import build_site, probe_or_none, render_yaml
+
+    if not re.match(spec.NAME, name):
+        raise SpecError(f"init-site: {name!r} is not a site name (letters, digits, . _ -)")
+    facts = ClusterFacts.read()
+    found, why = (None, "--no-probe") if not probe else probe_or_none(facts, timeout)
+    data, notes = build_site(name, facts, found, containers.detect(facts))
+    if found is None:
+        notes.append(f"Network probe job did not run ({why}).")
+    spec.decode(spec.Site, data, f"site {name} read from the cluster")  # what is written must load
+    return SiteDraft(name, data, notes, render_yaml(data, notes))
+
+
+def site_folder() -> Path:
+    """The user's own site profiles (~/.config/hpctrain/sites/), where `--site NAME` finds them."""
+    from hpctrain.site.lookup import user_folder
+
+    return user_folder()
+
+
+def site_reference(name: str, written: Path) -> str:
+    """What `--site` must say to reach the profile written at `written`: its name where the lookup
+    finds that file by it, else its path (shell-quoted)."""
+    import shlex
+
+    from hpctrain.site.lookup import locate
+
+    try:
+        if locate(name).resolve() == written.resolve():
+            return name
+    except (SpecError, OSError):
+        pass
+    return shlex.quote(str(written))
 
 
 class NothingToReport(HpctrainError):

@@ -24,38 +24,24 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from dataclasses import asdict
 
-    from hpctrain import spec
+    from hpctrain import api
     from hpctrain.cli.view.table import table
-    from hpctrain.scheduler.slurm.facts import ClusterFacts
-    from hpctrain.site import containers, doctor
-    from hpctrain.site.lookup import locate
 
-    site = spec.load_site(locate(args.site))
-    partition, _ = site.partition(args.partition)
-    facts = ClusterFacts.read()
-    findings = doctor.accounting_findings(facts) + doctor.node_findings(site, facts)
-    findings += doctor.container_findings(site, containers.detect(facts))
-    if not args.no_job and partition in facts.partitions:
-        nodes = doctor.healthy_nodes(findings, facts.partition_nodes(partition))
-        report = doctor.run_preflight(
-            site, facts, partition, nodes, doctor.doctor_home(), args.tolerance, args.timeout
-        )
-        findings += doctor.preflight_findings(site, report, nodes)
-    bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})
-    failed = any(f.status == "FAIL" for f in findings)
+    report = api.doctor(args.site, args.partition, not args.no_job, args.tolerance, args.timeout)
+    findings, bad = report.findings, report.bad_nodes
     if args.json:
         print(
             json.dumps(
                 {
-                    "site": site.name,
-                    "ok": not failed,
+                    "site": report.site,
+                    "ok": report.ok,
                     "bad_nodes": bad,
                     "findings": [asdict(f) for f in findings],
                 },
                 indent=2,
             )
         )
-        return 1 if failed else 0
+        return 0 if report.ok else 1
     scopes = list(dict.fromkeys(f.scope for f in findings))
     for scope in scopes:
         rows = [[f.check, f.status, f.detail] for f in findings if f.scope == scope]
@@ -63,5 +49,5 @@ def run(args: argparse.Namespace) -> int:
         print(table(rows, ["CHECK", "STATUS", "DETAIL"]))
     if bad:
         print(f"\nBroken or slow nodes: {','.join(bad)}; until fixed, submit with --exclude={','.join(bad)}")
-    print(f"\ndoctor: {'FAIL' if failed else 'PASS'} (site {site.name})")
-    return 1 if failed else 0
+    print(f"\ndoctor: {'PASS' if report.ok else 'FAIL'} (site {report.site})")
+    return 0 if report.ok else 1

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import re
 import sys
 from pathlib import Path
 
@@ -25,45 +24,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from hpctrain import spec
+    from hpctrain import api
     from hpctrain.cli.view.user_files import refuse_overwrite, write_user_files
-    from hpctrain.errors import SpecError
-    from hpctrain.scheduler.slurm.facts import ClusterFacts
-    from hpctrain.site import containers
-    from hpctrain.site.builder import build_site, probe_or_none, render_yaml
-    from hpctrain.site.lookup import user_folder
 
-    if not re.match(spec.NAME, args.name):
-        raise SpecError(f"init-site: {args.name!r} is not a site name (letters, digits, . _ -)")
-    target = None if args.output == "-" else Path(args.output or user_folder() / f"{args.name}.yaml")
+    target = None if args.output == "-" else Path(args.output or api.site_folder() / f"{args.name}.yaml")
     if target is not None:  # before the cluster is read: the profile (and a probe job) would be lost
         refuse_overwrite({target: None}, args.force)
-    facts = ClusterFacts.read()
-    probe, why = (None, "--no-probe") if args.no_probe else probe_or_none(facts, args.timeout)
-    data, notes = build_site(args.name, facts, probe, containers.detect(facts))
-    if probe is None:
-        notes.append(f"Network probe job did not run ({why}).")
-    spec.decode(spec.Site, data, f"site {args.name} read from the cluster")  # what we write must load
-    text = render_yaml(data, notes)
+    draft = api.draft_site(args.name, probe=not args.no_probe, timeout=args.timeout)
     if target is None:
-        sys.stdout.write(text)
+        sys.stdout.write(draft.text)
         return 0
-    write_user_files({target: text.encode()}, force=True)  # refused above unless --force
-    print(f"Wrote {target}; review it, then: hpctrain doctor --site {site_argument(args.name, target)}")
+    write_user_files({target: draft.text.encode()}, force=True)  # refused above unless --force
+    print(f"Wrote {target}; review it, then: hpctrain doctor --site {api.site_reference(args.name, target)}")
     return 0
-
-
-def site_argument(name: str, written: Path) -> str:
-    """What `--site` must say to reach the profile just written: its name where the lookup finds
-    that file by it, else its path."""
-    import shlex
-
-    from hpctrain.errors import SpecError
-    from hpctrain.site.lookup import locate
-
-    try:
-        if locate(name).resolve() == written.resolve():
-            return name
-    except (SpecError, OSError):
-        pass
-    return shlex.quote(str(written))  # `--site` takes a path too

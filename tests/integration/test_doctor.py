@@ -19,6 +19,8 @@ import yaml
 
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History
+from hpctrain.scheduler.slurm.facts import ClusterFacts
+from hpctrain.site import containers
 from hpctrain.spec import load_site
 from tests.conftest import JOBS, SITES, run_cli
 from tests.integration.cluster import require_cluster, scontrol_job, submit, wait_state
@@ -48,6 +50,10 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
     told, written = msgspec.to_builtins(made), msgspec.to_builtins(shipped)
     for key in ("name", "description"):
         told.pop(key), written.pop(key)
+    # local.yaml lists no container runtime (the test machine may lack them); init-site lists those
+    # the cluster has: pyxis and oci where scripts/install-containers.sh could build them.
+    found = list(containers.detect(ClusterFacts.read()))
+    assert told.pop("container_runtimes") == found and written.pop("container_runtimes") == []
     assert list(made.partitions) == list(shipped.partitions)
     for name in written["partitions"]:
         assert told["partitions"][name] == written["partitions"][name], name

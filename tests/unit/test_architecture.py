@@ -142,13 +142,8 @@ def test_nothing_sits_at_the_top_of_the_package_but_its_face_errors_and_the_pack
 
 
 # The CLI's verbs format what hpctrain.api returns: they import the API, the errors and the CLI's own
-# formatting (hpctrain.cli.*), and `hpctrain.__version__`. Two verbs administer a cluster's site profile
-# rather than drive training (no pipeline submits them) and keep calling hpctrain.site directly.
+# formatting (hpctrain.cli.*), and `hpctrain.__version__`; every verb, doctor and init-site included.
 CLI_ALLOWED = frozenset({"hpctrain", "hpctrain.api", "hpctrain.errors"})
-CLI_SITE_ADMINISTRATION = {
-    "hpctrain.cli.doctor_cmd": "checks a site profile against the live cluster (hpctrain.site.doctor)",
-    "hpctrain.cli.init_site_cmd": "writes a site profile read off the live cluster (hpctrain.site.builder)",
-}
 # The views draw the contract's structs: they may import the modules that define those structs and their
 # one-line descriptions (never a poll: the verbs hand them what the API returned).
 VIEW_ALLOWED = CLI_ALLOWED | {
@@ -178,7 +173,7 @@ def hpctrain_modules_imported(name: str) -> set[str]:
 def stray_cli_imports() -> list[str]:
     stray = []
     for name in IMPORTS:
-        if not name.startswith("hpctrain.cli.") or name in CLI_SITE_ADMINISTRATION:
+        if not name.startswith("hpctrain.cli."):
             continue
         allowed_here = VIEW_ALLOWED if name.startswith("hpctrain.cli.view") else CLI_ALLOWED
         stray += [f"{name} imports {t}" for t in sorted(hpctrain_modules_imported(name) - allowed_here)]

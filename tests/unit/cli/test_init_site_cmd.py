@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.cli.init_site_cmd import site_argument
+from hpctrain.api import site_reference as site_argument
 from tests.unit.tracked_runs import cli
 
 
