@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,16 @@ def require_cluster() -> None:
     proc = subprocess.run(["scontrol", "ping"], capture_output=True, text=True, check=False, timeout=30)
     if "UP" not in proc.stdout:
         pytest.fail(f"slurmctld is not answering: {proc.stdout.strip()} {proc.stderr.strip()}")
+
+
+def cancel_leftovers(submitted: list[str]) -> Iterator[None]:
+    """A test's body with the cluster up; afterwards the jobs it left in `submitted` are cancelled, so
+    a failed test leaves none of its arrays behind on the shared cluster."""
+    require_cluster()
+    yield
+    if submitted:
+        subprocess.run(["scancel", *submitted], check=False)
+        submitted.clear()
 
 
 def submit(

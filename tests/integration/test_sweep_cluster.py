@@ -17,7 +17,12 @@ import pytest
 
 from hpctrain import rundir
 from tests.conftest import JOBS, REPO, run_cli
-from tests.integration.cluster import make_eligible, require_cluster, sacct_elements, scontrol_job
+from tests.integration.cluster import (
+    cancel_leftovers,
+    make_eligible,
+    sacct_elements,
+    scontrol_job,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -32,12 +37,7 @@ SUBMITTED: list[str] = []
 
 @pytest.fixture(autouse=True)
 def _cluster() -> Iterator[None]:
-    """The cluster must be up; a failed test leaves none of its arrays behind on the shared cluster."""
-    require_cluster()
-    yield
-    if SUBMITTED:
-        subprocess.run(["scancel", *SUBMITTED], check=False)
-        SUBMITTED.clear()
+    yield from cancel_leftovers(SUBMITTED)
 
 
 def sweep(*args: str) -> dict[str, Any]:

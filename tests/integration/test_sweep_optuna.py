@@ -17,7 +17,7 @@ import pytest
 from hpctrain import rundir, spec
 from hpctrain.rundir import names
 from tests.conftest import JOBS, REPO, run_cli
-from tests.integration.cluster import require_cluster
+from tests.integration.cluster import cancel_leftovers
 
 optuna = pytest.importorskip("optuna", reason="sweep.sampler optuna needs the `sweep` extra (optuna)")
 
@@ -45,12 +45,7 @@ SUBMITTED: list[str] = []
 
 @pytest.fixture(autouse=True)
 def _cluster() -> Iterator[None]:
-    """The cluster must be up; a failed test leaves none of its arrays behind on the shared cluster."""
-    require_cluster()
-    yield
-    if SUBMITTED:
-        subprocess.run(["scancel", *SUBMITTED], check=False)
-        SUBMITTED.clear()
+    yield from cancel_leftovers(SUBMITTED)
 
 
 def sweep_status(key: str | None = None) -> list[dict[str, Any]]:
