@@ -4,19 +4,22 @@ The Python API (hpctrain.api: `hpctrain.submit(...)`, `hpctrain.Run`, ...) is re
 use, so that `import hpctrain` (and every CLI verb) pays nothing for it.
 """
 
+import importlib
+import importlib.util
 from typing import Any
 
 __version__ = "0.1.0"
 
 
 def __getattr__(name: str) -> Any:
-    if name.startswith("_"):  # dunder probes (copy, pickle, pytest) must not import the API
-        raise AttributeError(f"module 'hpctrain' has no attribute {name!r}")
-    import importlib
-
-    api = importlib.import_module("hpctrain.api")  # `from hpctrain import api` would come back here
     if name == "api":
-        return api
+        return importlib.import_module("hpctrain.api")
+    # Dunder probes (copy, pickle, pytest), and `from hpctrain import spec` before hpctrain.spec is
+    # loaded (the import system asks here first): neither may import the API, which the allocation
+    # side never loads.
+    if name.startswith("_") or importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        raise AttributeError(f"module 'hpctrain' has no attribute {name!r}")
+    api = importlib.import_module("hpctrain.api")
     try:
         return getattr(api, name)
     except AttributeError:
@@ -24,7 +27,5 @@ def __getattr__(name: str) -> Any:
 
 
 def __dir__() -> list[str]:
-    import importlib
-
     api = importlib.import_module("hpctrain.api")
     return sorted({*globals(), *api.__all__})

@@ -199,3 +199,16 @@ def test_importing_hpctrain_or_building_a_verb_parser_imports_no_api() -> None:
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -> None:
+    """`from hpctrain import spec` asks the package's lazy `__getattr__` first: a subpackage must not
+    make it import the API (the runtime's first line did, and inside a container whose hpctrain had no
+    api.py every rank then failed)."""
+    code = (
+        "import sys; from hpctrain import spec, rundir, scheduler, errors; "
+        "import hpctrain.supervisor.supervise, hpctrain.supervisor.watchdog; "
+        "assert 'hpctrain.api' not in sys.modules, 'api imported'"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
