@@ -56,7 +56,9 @@ def _raw_steps(folder: Path, tag: str) -> list[list[int]]:
 def test_tensorboard_curves_stay_one_run_across_a_preemption_and_a_hard_requeue(tmp_path: Path) -> None:
     """USR1 -> checkpoint -> requeue, then `scontrol requeue` (no checkpoint: the run goes back to its
     last periodic checkpoint and logs those steps again): TensorBoard's reader sees every step once."""
+    # Memory checkpoints off: the hard requeue must go back to the disk checkpoint and log steps again.
     train = {**SLOW, "steps": 120, "checkpoint_every": 20, "eval_every": 20, "export_final": False}
+    train["memory_checkpoint_every"] = 0
     run = job.write_run_dir(tmp_path / "run", train, nodes=2, tasks_per_node=2)
     job_id = job.submit(run)
     job.wait_state(job_id, {"RUNNING"} | TERMINAL, timeout=job.QUEUE_TIMEOUT)
