@@ -214,6 +214,12 @@ def apply_options(description: Any, batch: BatchOptions) -> None:
         except ValueError as err:
             raise BackendError(f"{directive.text}: {err}") from None
         setattr(description, option.attr, value)
+    if getattr(description, "ntasks", None) is None and getattr(description, "nodes", None):
+        # sbatch counts nodes x --ntasks-per-node (one task per node by default) where no --ntasks
+        # is given; pyslurm would send 1 task, which slurmctld refuses for a job of several nodes
+        # ("Requested node configuration is not available").
+        fewest_nodes = int(str(description.nodes).split("-", 1)[0])
+        description.ntasks = fewest_nodes * (getattr(description, "ntasks_per_node", None) or 1)
 
 
 # ----------------------------------------------------------------------------------------------

@@ -59,6 +59,8 @@ def test_options_translate_to_description_attributes() -> None:
         "is_requeueable": True,
         "nodes": "2",
         "ntasks_per_node": 4,
+        # As sbatch counts them; pyslurm's own default, 1 task, is refused for 2 nodes (25.11).
+        "ntasks": 8,
         "partitions": "gpu",
         "gres_per_node": "gpu:h100:8",
         "memory_per_node": 16 * 1024,
@@ -177,3 +179,13 @@ def test_array_element_zero_keeps_its_index() -> None:
         "0": JobState.COMPLETED, "1": JobState.COMPLETED, "[2-3]": JobState.PENDING,
     }  # fmt: skip
     assert answer.state is JobState.PENDING
+
+
+@pytest.mark.parametrize(
+    ("options", "ntasks"),
+    [([D("nodes", "2")], 2), ([D("nodes", "2-4"), D("ntasks-per-node", "3")], 6), ([D("ntasks", "5")], 5)],
+)
+def test_task_count_is_sbatchs_not_pyslurms_default_of_one(options: list[Directive], ntasks: int) -> None:
+    description = SimpleNamespace()
+    pb.apply_options(description, [options])
+    assert description.ntasks == ntasks
