@@ -84,7 +84,7 @@ build_from_source() {
     log "configuring for ${PREFIX}"
     # The configuration lives with the cluster (SLURM_CONF), not in the prefix.
     [[ -f config.status ]] || nice -n 10 ./configure --prefix="$PREFIX" --sysconfdir="${PREFIX}/etc" \
-        --disable-debug \
+        --disable-debug --enable-multiple-slurmd \
         >"${build_dir}/configure.log" 2>&1 || {
         tail -n 30 "${build_dir}/configure.log" >&2
         die "configure failed"

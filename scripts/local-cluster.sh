@@ -359,12 +359,8 @@ ensure_dirs() {
 }
 
 render_slurm_conf() {
-    local mode=$1 host acct node_hostnames
+    local mode=$1 host acct
     host="$(hostname -s)"
-    # Debian builds Slurm with multiple-slurmd support: every node may name this host. The 25.11
-    # build has none and drops nodes that share a NodeHostname ("can't find address for host"),
-    # so there each node is its own name (resolved through /etc/hosts).
-    node_hostnames=$([[ -n "$SLURM_PREFIX" ]] && echo "$NODE_RANGE" || echo "$host")
     if [[ "$mode" == on ]]; then
         # gres/gpu as an accounting TRES is only valid with slurmdbd (slurmctld
         # refuses to start otherwise).
@@ -416,7 +412,7 @@ GresTypes=gpu
 ${acct}
 JobCompType=jobcomp/none
 MailProg=/bin/true
-NodeName=${NODE_RANGE} NodeHostname=${node_hostnames} NodeAddr=127.0.0.1 Port=${NODE_PORTS} CPUs=8 RealMemory=8000 Gres=gpu:${GPUS_PER_NODE} State=UNKNOWN
+NodeName=${NODE_RANGE} NodeHostname=${host} NodeAddr=127.0.0.1 Port=${NODE_PORTS} CPUs=8 RealMemory=8000 Gres=gpu:${GPUS_PER_NODE} State=UNKNOWN
 PartitionName=debug Nodes=${NODE_RANGE} Default=YES MaxTime=02:00:00 State=UP
 PartitionName=cpu Nodes=${NODE_RANGE} MaxTime=04:00:00 State=UP
 EOF
