@@ -482,7 +482,7 @@ def test_a_shrunk_job_grows_back_once_its_node_answers(hpctrain_home: Path, tmp_
         history = History.read(RunDir(run))
         starts = [line for line in history.lines if line.event == "start"]
         assert starts[-1].nodes == ["node1", "node2"] and starts[-1].world_size == 4, starts
-        assert [o for o, _ in ends(run)][:2] == ["node_failure", "preempted"], ends(run)
+        assert [o for o, _ in ends(run)][:2] == ["node_failure", "grow_back"], ends(run)
         result = json.loads((run / "result.json").read_text())
         assert result["step"] == 2000 and result["world_size"] == 4, result
         assert events(run, "grew"), "no grew event"
