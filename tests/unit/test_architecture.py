@@ -83,6 +83,12 @@ def allowed(importer: str, target: str) -> bool:
 IMPORTS = {name: imported(path, name) for name, path in modules().items()}
 
 
+def passes_in_a_fresh_interpreter(code: str) -> None:
+    """Run `code` in a new Python, whose sys.modules holds only what that code imported."""
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
 def test_the_rule_itself() -> None:
     assert allowed("cli", "runs") and allowed("runtime", "rundir") and allowed("supervisor", "scheduler")
     assert not allowed("supervisor", "runtime") and not allowed("runtime", "supervisor")
@@ -127,8 +133,7 @@ def test_importing_a_torch_free_package_loads_no_torch(package: str) -> None:
     names = entry_modules(frozenset({package}))
     assert names, f"no modules found for hpctrain.{package}"
     code = f"import sys, {', '.join(names)}; assert 'torch' not in sys.modules, 'torch was imported'"
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passes_in_a_fresh_interpreter(code)
 
 
 def test_nothing_sits_at_the_top_of_the_package_but_its_face_errors_and_the_packages() -> None:
@@ -197,8 +202,7 @@ def test_importing_hpctrain_or_building_a_verb_parser_imports_no_api() -> None:
         "assert 'hpctrain.api' not in sys.modules, 'api imported'; "
         "assert hpctrain.submit is hpctrain.api.submit and hpctrain.RunStatus.__name__ == 'RunStatus'"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passes_in_a_fresh_interpreter(code)
 
 
 def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -> None:
@@ -210,5 +214,4 @@ def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -
         "import hpctrain.supervisor.supervise, hpctrain.supervisor.watchdog; "
         "assert 'hpctrain.api' not in sys.modules, 'api imported'"
     )
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    passes_in_a_fresh_interpreter(code)
