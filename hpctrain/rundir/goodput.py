@@ -42,7 +42,8 @@ LABELS = {
     "detection": "detection (fault to decision)",
 }
 # A line of the metrics file belongs to the attempt whose start line came before it; the start line
-# is timed on the batch node, the metrics lines on rank 0's node.
+# is timed on the batch node, the metrics lines on rank 0's node. A line written before the previous
+# attempt's end line is that attempt's, however close the restart (a restart can take under a second).
 CLOCK_SLACK_S = 1.0
 # Outcomes after which the job went back to the queue: what follows until the next allocation is
 # scheduling, not start-up.
@@ -229,9 +230,10 @@ def _attempts(lines: list[AttemptLine], metrics: list[TrainLine | EventLine]) ->
             return []
         found = [_Attempt(AttemptLine(attempt=0, event="start", time=began, allocated=began))]
     found.sort(key=lambda a: a.start.time)
+    begins = [_begins(attempt, found[index - 1] if index else None) for index, attempt in enumerate(found)]
     for line in metrics:
         when = line.time or 0.0
-        owner = next((a for a in reversed(found) if a.start.time - CLOCK_SLACK_S <= when), found[0])
+        owner = next((a for a, begin in zip(reversed(found), reversed(begins)) if begin <= when), found[0])
         if isinstance(line, TrainLine):
             owner.train.append(line)
         elif line.event in ("start", "resumed") and owner.ready is None:
@@ -241,6 +243,15 @@ def _attempts(lines: list[AttemptLine], metrics: list[TrainLine | EventLine]) ->
         elif line.event in ("done", "preempted", "failed") and owner.finished is None:
             owner.finished = line
     return found
+
+
+def _begins(attempt: _Attempt, previous: _Attempt | None) -> float:
+    """From when a metrics line is the attempt's: its start, less the clock slack, but never before
+    the previous attempt's end."""
+    begin = attempt.start.time - CLOCK_SLACK_S
+    if previous is not None and previous.end is not None:
+        begin = max(begin, previous.end.time)
+    return begin
 
 
 def _runtime_start(metrics: list[TrainLine | EventLine]) -> float | None:

@@ -62,6 +62,29 @@ def test_a_killed_rank_puts_lost_steps_in_rollback_and_the_wait_for_the_decision
     assert math.isclose(sum(a.total_s for a in found.attempts), found.wall_s)
 
 
+def test_a_line_logged_just_before_a_sub_second_restart_stays_with_its_attempt() -> None:
+    # The supervisor decided 0.3 s after the fault and restarted 0.01 s later: step 75, logged 0.4 s
+    # before the new attempt's start line, is the killed attempt's and is rolled back.
+    lines = [
+        start(0, 10.0),
+        end(0, 30.5, "rank_failure", fault=30.2, step=75),
+        start(1, 30.51),
+        end(1, 50.0, "completed", step=100),
+    ]
+    metrics = [
+        EventLine(event="start", step=0, time=12.0),
+        TrainLine(step=50, time=20.0),
+        TrainLine(step=75, time=30.1),
+        EventLine(event="resumed", step=50, time=36.0),
+        TrainLine(step=75, time=40.0),
+        TrainLine(step=100, time=45.0),
+        EventLine(event="done", step=100, time=46.0),
+    ]
+    found = compute(lines, metrics, submitted_at=10.0)
+    assert found is not None and found.rolled_back_steps == 25
+    assert found.attempts[0].rollback_s > 0 and found.attempts[1].rollback_s == 0
+
+
 def test_a_preemption_keeps_its_steps_and_waits_in_the_queue_as_scheduling() -> None:
     lines = [
         start(0, 5.0, allocated=4.0),
