@@ -197,6 +197,8 @@ def expected_directives(resolved: spec.Resolved) -> int:
     servers = 4 + bool(ps.mem or res.mem) + bool(res.exclude)
     if ps.mem and not res.mem:
         workers += 1  # a hetjob's components both carry --mem
+    if job.launcher != "torchrun":
+        workers += 1  # a hetjob's worker component spells out --ntasks
     return whole + servers + 1 + workers  # + the `hetjob` separator
 
 
