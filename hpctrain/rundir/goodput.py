@@ -233,7 +233,9 @@ def _attempts(lines: list[AttemptLine], metrics: list[TrainLine | EventLine]) ->
     begins = [_begins(attempt, found[index - 1] if index else None) for index, attempt in enumerate(found)]
     for line in metrics:
         when = line.time or 0.0
-        owner = next((a for a, begin in zip(reversed(found), reversed(begins)) if begin <= when), found[0])
+        owner = next(
+            (a for a, begin in zip(reversed(found), reversed(begins), strict=True) if begin <= when), found[0]
+        )
         if isinstance(line, TrainLine):
             owner.train.append(line)
         elif line.event in ("start", "resumed") and owner.ready is None:
