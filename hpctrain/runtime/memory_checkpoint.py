@@ -1,7 +1,8 @@
 """Checkpoints in node memory, each rank's copy also held on another node: a restart loses seconds of steps.
 
 Every ``train.memory_checkpoint_every`` steps (unset: as often as keeps training's wait for them
-under 1% of its time, measured at the first two) each rank copies its model, optimizer, loop and RNG
+under 1% of its time and the background work of each under a tenth of the time to the next, measured
+at the first saves) each rank copies its model, optimizer, loop and RNG
 state to host memory (the only part that blocks training), then, in a background thread, writes it
 to its node's memory folder and sends it to a rank on the next node, which writes it into *its*
 node's folder (as NVIDIA's resiliency extension replicates its local checkpoints). The folder is
@@ -48,8 +49,12 @@ from hpctrain.rundir.names import CHECKPOINT, MEMORY_COPY, MEMORY_ROOT
 log = logging.getLogger(__name__)
 
 AUTO_SHARE = 0.01  # unset memory_checkpoint_every: training waits at most this share of its time
+# ... and the background thread (encode, write, send to the peer) is busy at most this share of it:
+# on a node with few cores it competes with the training step for the CPU.
+AUTO_BACKGROUND_SHARE = 0.1
 AUTO_LONGEST = 1000  # steps between memory checkpoints at the most when the interval is automatic
-AUTO_MEASURED = 2  # saves timed before the automatic interval is fixed: the first step is slow
+AUTO_MEASURED = 3  # saves timed before the automatic interval is fixed: the first step is slow
+EVENT_EVERY_S = 60.0  # a memory_checkpoint event at most this often (besides the measured saves)
 KEEP_STEPS = 2  # per node: the newest complete step survives a crash in the middle of the next save
 HEADER = struct.Struct("<I")  # the length of the JSON that says what a copy holds, before its payload
 SIZE_TAG, PAYLOAD_TAG = 71, 72  # point-to-point tags of the exchanges (apart from any other traffic)
@@ -157,12 +162,14 @@ def remove_stale(user_folder: Path, keep: Path, now: float | None = None) -> lis
     return removed
 
 
-def auto_interval(blocked_s: float, step_s: float) -> int:
+def auto_interval(blocked_s: float, step_s: float, stored_s: float = 0.0) -> int:
     """Steps between memory checkpoints so that copying the state (`blocked_s`) costs at most
-    AUTO_SHARE of training time (`step_s` a step)."""
+    AUTO_SHARE of training time (`step_s` a step), and storing it in the background (`stored_s`)
+    at most AUTO_BACKGROUND_SHARE."""
     if step_s <= 0:
         return 1
-    return max(1, min(AUTO_LONGEST, math.ceil(blocked_s / (AUTO_SHARE * step_s))))
+    steps = max(blocked_s / AUTO_SHARE, stored_s / AUTO_BACKGROUND_SHARE) / step_s
+    return max(1, min(AUTO_LONGEST, math.ceil(steps)))
 
 
 def to_host(value: Any) -> Any:
@@ -261,6 +268,8 @@ class MemoryCheckpoints:
         self.world = 0
         self.saving: threading.Thread | None = None
         self.stored: dict[str, Any] | None = None
+        self.stored_s = 0.0  # the last background store's seconds (encode, write, exchange)
+        self.reported = -math.inf  # when the last memory_checkpoint event was logged (monotonic)
         self.run_folder = self._run_folder(run_dir) if self.every else None
         self.folder = self.run_folder / host if self.run_folder is not None else None
         if self.folder is not None:
@@ -295,8 +304,9 @@ class MemoryCheckpoints:
         blocked = time.perf_counter() - started
         self.last = step
         if self.auto and self.measured < AUTO_MEASURED:
+            # The first save's store is timed at the second (this one waited for it above).
             self.measured += 1
-            slowest = torch.tensor([blocked, step_s], dtype=torch.float64)
+            slowest = torch.tensor([blocked, step_s, self.stored_s], dtype=torch.float64)
             dist.all_reduce(slowest, op=dist.ReduceOp.MAX, group=group)  # every rank the same interval
             self.every = auto_interval(*slowest.tolist())
         about = Copy(step, self.rank, self.world, self.layout, self.host, self.host)
@@ -320,6 +330,7 @@ class MemoryCheckpoints:
             for origin, copy in held.items():
                 write_private(folder / MEMORY_COPY.name(origin), copy)
             self._prune(about.step)
+            self.stored_s = time.perf_counter() - started - blocked
             self.stored = {
                 "step": about.step,
                 "bytes": len(blob),
@@ -332,13 +343,17 @@ class MemoryCheckpoints:
 
     def wait(self) -> None:
         """Until the save in the background is stored; its event then (from this thread: the
-        metrics sinks are not thread-safe)."""
+        metrics sinks are not thread-safe): for the measured saves, then at most every
+        EVENT_EVERY_S (a save every few steps would fill the metrics file)."""
         if self.saving is not None:
             self.saving.join()
             self.saving = None
-        if self.stored is not None:
-            self.event("memory_checkpoint", **self.stored)
-            self.stored = None
+        now = time.monotonic()
+        due = self.measured < AUTO_MEASURED or now - self.reported >= EVENT_EVERY_S
+        if self.stored is not None and due:
+            self.event("memory_checkpoint", every=self.every, **self.stored)
+            self.reported = now
+        self.stored = None
 
     def _steps(self) -> list[tuple[int, Path]]:
         if self.folder is None:

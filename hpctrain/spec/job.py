@@ -272,8 +272,9 @@ class Train(Base):
     """Steps between checkpoints into node memory (/dev/shm), each rank's copy also held by a rank on
     another node; a restart after a crashed rank or a lost node loads the newest one when it is newer than
     the newest disk checkpoint. Training waits only for the copy to host memory. Unset: as often as keeps
-    that wait under 1% of training time (timed at the first two); 0 = off. DDP and single-process layouts
-    (fsdp, tp and pp restart from disk).
+    that wait under 1% of training time and the background store (write, send to the peer) under 10% of the
+    time between saves (timed at the first three); 0 = off. DDP and single-process layouts (fsdp, tp and pp
+    restart from disk).
     """
     timeout_s: Annotated[int, Meta(ge=10)] = 120
     """Collective timeout: a dead peer ends the job after this long."""
