@@ -35,10 +35,12 @@ STACKS = "stacks"  # in failures/
 ATTEMPTS = "attempts.jsonl"
 TENSORBOARD = "tensorboard"
 COMPILE_CACHE = "compile-cache"  # inductor/ and triton/ caches of every attempt (train.compile_cache)
-STANDBY = "standby"  # standby/GEN/ of the warm standby step (runtime/standby.py)
-STANDBY_GO = "go"
-STANDBY_READY_PREFIX = "ready-"
-STANDBY_TAKEN_PREFIX = "taken-"
+STANDBY = "standby"  # standby/GEN/ of the warm standby steps (runtime/standby.py)
+STANDBY_GO = "go"  # NAME=value lines, the attempt's (STANDBY_GO_VARIABLES), or `stop`
+STANDBY_GO_VARIABLES = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT", "HPCTRAIN_NODES")
+STANDBY_GO_NODES = "HPCTRAIN_NODES"  # the attempt's nodes, comma-separated, in rank order
+STANDBY_READY_PREFIX = "ready-"  # ready-NODE.LOCALID: that task has imported torch and waits
+STANDBY_TAKEN_PREFIX = "taken-"  # taken-NODE.LOCALID: that task took the go
 SWEEP = "sweep.json"  # in a sweep's root: its trials and arrays
 TRIALS_FINAL = "trials-final.json"  # in a sweep's root: trials that cannot change any more
 STOPPED = "stopped.json"  # in a trial's array-N/: why early stopping ended it

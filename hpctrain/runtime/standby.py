@@ -2,19 +2,21 @@
 
 A restart's cost on a small job is mostly start-up: Python, ``import torch`` and the runtime (5 s of
 CPU per process on a 2-core node), for every rank at once. So while an attempt trains, the batch
-script keeps a second srun step ready on the same nodes and task layout: each of its tasks has
-imported torch, the runtime and the job's task module, then waits. When the supervisor launches
-the next attempt on those same nodes, the batch script writes the attempt's rendezvous into
-``standby/GEN/go`` and sends the go signal to that step's srun, which forwards it to every task:
-each task takes the attempt's variables and runs MODULE as ``python -m MODULE ARG...`` would.
-A go file that says ``stop`` ends the tasks instead (the next attempt is on other nodes).
+script keeps a step ready on each of its nodes (``supervisor/standby_steps.py``), with that node's
+tasks: each has imported torch, the runtime and the job's task module, then waits. When the
+supervisor launches the next attempt on those nodes, or on the ones that remain after a node was
+lost, the batch script writes the attempt's rendezvous and nodes into ``standby/GEN/go`` and sends
+the go signal, which reaches every task: a task on one of the attempt's nodes takes its rank from
+its node's place in that list and its local id, and runs MODULE as ``python -m MODULE ARG...``
+would; a task on another node, or every task when the go file says ``stop``, ends. A warm attempt
+skips preflight: its nodes passed it in this allocation.
 
-The waiting task is a real task of a real step: Slurm accounts for it, ``scancel`` reaches it and
-its output goes where the rank's does. It announces itself ready in ``standby/GEN/ready-PROCID``
-(its step id inside) only once its imports are done and the go signal is blocked, so a go is never
-sent to a task that would die of it; it acknowledges the go in ``standby/GEN/taken-PROCID``. It
-ignores the preemption signal, which ``scancel --signal=... JOB`` sends to every step: it belongs
-to the attempt that trains now.
+The waiting task is a real task of a real step: Slurm accounts for it and ``scancel`` reaches it.
+Its output goes to the standby folder until it takes the go, then to its rank's log. It announces
+itself ready in ``standby/GEN/ready-NODE.LOCALID`` (its step id inside) only once its imports are
+done and the go signal is blocked, so a go is never sent to a task that would die of it; it
+acknowledges the go in ``standby/GEN/taken-NODE.LOCALID``. It ignores the preemption signal, which
+``scancel --signal=... JOB`` sends to every step: it belongs to the attempt that trains now.
 """
 
 from __future__ import annotations
@@ -28,11 +30,16 @@ import time
 from pathlib import Path
 
 from hpctrain.rundir import replace_bytes
-from hpctrain.rundir.names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
+from hpctrain.rundir.names import (
+    STANDBY_GO,
+    STANDBY_GO_NODES,
+    STANDBY_GO_VARIABLES,
+    STANDBY_READY_PREFIX,
+    STANDBY_TAKEN_PREFIX,
+)
+from hpctrain.runtime.preflight import PREFLIGHT_DONE
 from hpctrain.spec.slurm_values import signal_name, standby_go_signal
 
-# Variables the batch script sets for each attempt: the go file carries the new values.
-ATTEMPT_VARIABLES = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT")
 STOP = "stop"
 WARM_MODULES = (
     "torch",
@@ -64,7 +71,27 @@ def read_go(path: Path) -> dict[str, str] | None:
     if text.strip() == STOP:
         return None
     pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return {name: value for name, value in pairs if name in ATTEMPT_VARIABLES}
+    return {name: value for name, value in pairs if name in STANDBY_GO_VARIABLES}
+
+
+def rank_variables(go: dict[str, str], env: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
+    """The Slurm variables of this task as a rank of the attempt: its node's place in the go file's
+    node list times the tasks per node, plus its local id. None: its node is not the attempt's."""
+    node = env.get("SLURMD_NODENAME", "")
+    nodes = [name for name in go.get(STANDBY_GO_NODES, "").split(",") if name]
+    if node not in nodes:
+        return None
+    per_node = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or "1")
+    world = len(nodes) * per_node
+    return {
+        "SLURM_PROCID": str(nodes.index(node) * per_node + int(env.get("SLURM_LOCALID", "0"))),
+        "SLURM_NTASKS": str(world),
+        "SLURM_STEP_NUM_TASKS": str(world),
+        "SLURM_NODEID": str(nodes.index(node)),
+        "SLURM_NNODES": str(len(nodes)),
+        "SLURM_STEP_NUM_NODES": str(len(nodes)),
+        "SLURM_STEP_NODELIST": ",".join(nodes),
+    }
 
 
 def wait_for_the_attempt(metrics: Path, since: float, longest_s: float) -> None:
@@ -82,8 +109,8 @@ def wait_for_the_attempt(metrics: Path, since: float, longest_s: float) -> None:
 
 
 def announce(folder: Path, prefix: str) -> None:
-    """``PREFIX-PROCID`` with this task's step id in it, whole or not at all."""
-    path = folder / f"{prefix}{os.environ.get('SLURM_PROCID', '0')}"
+    """``PREFIX-NODE.LOCALID`` with this task's step id in it, whole or not at all."""
+    path = folder / f"{prefix}{os.environ.get('SLURMD_NODENAME', '')}.{os.environ.get('SLURM_LOCALID', '0')}"
     replace_bytes(path, os.environ.get("SLURM_STEP_ID", "").encode())
 
 
@@ -114,12 +141,16 @@ def main(argv: list[str]) -> int:
     warm_up((*WARM_MODULES, resolved.job.train.entrypoint.partition(":")[0]))
     announce(folder, STANDBY_READY_PREFIX)
     variables = wait_for_go(folder, go)
-    if variables is None:
+    ranks = rank_variables(variables, os.environ) if variables is not None else None
+    if variables is None or ranks is None:
         return 0
     # The batch script counts these: a task that died in standby (its node lost and back) is
     # missing, and the attempt then starts cold instead of waiting at a rendezvous for it.
     announce(folder, STANDBY_TAKEN_PREFIX)
-    os.environ.update(variables)
+    os.environ.update({**variables, **ranks, PREFLIGHT_DONE: "1"})
+    from hpctrain.runtime import logs
+
+    logs.redirect(run.root, int(ranks["SLURM_PROCID"]))
     # Nothing stays blocked (children inherit the mask). The preemption signal stays ignored until
     # the rank installs its handler: its default action would kill the rank.
     signal.signal(go, signal.SIG_IGN)

@@ -15,7 +15,6 @@ from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.scheduler.base import carrying_comment
-from hpctrain.scheduler.slurm import KILL_STEP
 from hpctrain.spec import Container, Resolved
 from hpctrain.spec.resources import data_folder
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
@@ -312,7 +311,6 @@ def context(
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
-        "kill_step": " ".join(KILL_STEP),
         "container": container_launch(
             job.container, slurm_directive_path(run_dir), bool(job.resources.gpus_per_node)
         ),

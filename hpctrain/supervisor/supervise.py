@@ -66,6 +66,8 @@ from hpctrain.supervisor.components import Components
 
 # When this process started: `begin` runs first thing in an allocation, so this dates the allocation.
 ALLOCATED = round(time.time(), 3)
+# The batch script's line when an attempt runs in the warm standby's steps (templates/partials/standby.j2).
+WARM_STEPS = "runs in the warm standby steps"
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
 # srun's words for a task that a signal from outside ended (kill -9, the OOM killer, a crash in C).
@@ -316,15 +318,31 @@ def latest_step(run: RunDir) -> int | None:
     return max(steps, default=None)
 
 
-def attempt_task_errors(run: RunDir, attempt: int) -> list[FailedTask]:
-    """srun's error lines about the tasks of `attempt`: those after its line in the batch log."""
-    marker = f"hpctrain: attempt {attempt} on "
+def attempt_task_errors(run: RunDir, start: AttemptLine) -> list[FailedTask]:
+    """srun's error lines about the tasks of the attempt: those after its line in the batch log,
+    each named by its global rank (a warm attempt runs a step per node, whose tasks count from 0)."""
+    marker = f"hpctrain: attempt {start.attempt} on "
     for log in run.batch_logs():
         lines = tail_lines(log, 400)
         starts = [i for i, line in enumerate(lines) if line.startswith(marker)]
         if starts:
-            return srun_task_errors(lines[starts[-1] + 1 :])
+            after = lines[starts[-1] + 1 :]
+            tasks = srun_task_errors(after)
+            warm = f"hpctrain: attempt {start.attempt} {WARM_STEPS}"
+            return global_ranks(tasks, start) if warm in after else tasks
     return []
+
+
+def global_ranks(tasks: list[FailedTask], start: AttemptLine) -> list[FailedTask]:
+    """Tasks of per-node steps renamed by global rank: node index x tasks per node + local task."""
+    nodes = list(start.nodes)
+    per_node = (start.world_size or 0) // len(nodes) if nodes else 0
+    renamed = []
+    for task in tasks:
+        if task.node in nodes and task.rank.isdigit() and per_node:
+            task = FailedTask(str(nodes.index(task.node) * per_node + int(task.rank)), task.node, task.error)
+        renamed.append(task)
+    return renamed
 
 
 # A file written within this much before an attempt's start line still counts as the attempt's:
@@ -370,7 +388,7 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
         end.hang = hang
     reports = [f for f in run.read_failures() if isinstance(f, FailureReport)]
     end.failures = [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
-    end.killed = [t for t in attempt_task_errors(run, start.attempt) if t.error in KILLED_FROM_OUTSIDE]
+    end.killed = [t for t in attempt_task_errors(run, start) if t.error in KILLED_FROM_OUTSIDE]
     end.lost_nodes = lost_nodes(start.nodes, allocation)
     return end
 

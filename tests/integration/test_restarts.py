@@ -156,17 +156,17 @@ def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tm
     standby = run / "standby" / "1"
     try:
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
-        ready = lambda: len(list(standby.glob("ready-[0-9]*"))) == 4  # noqa: E731
+        ready = lambda: len(list(standby.glob("ready-node*"))) == 4  # noqa: E731
         assert wait_for(ready, timeout=240), logs(run)
         assert latest_step(run) < 1000, "the job ran out of steps before its standby was ready"
-        standby_step = {p.read_text() for p in standby.glob("ready-[0-9]*")}
+        standby_step = {p.read_text() for p in standby.glob("ready-node*")}
         os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
         killed = time.time()
         final = wait_state(job_id, set(), timeout=400)
         assert final["state"] == "COMPLETED", logs(run)
         assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
         batch_log = (run / "logs" / "batch.log").read_text()
-        assert "attempt 1 runs in the warm standby step" in batch_log, batch_log
+        assert "attempt 1 runs in the warm standby steps" in batch_log, batch_log
         warm = [p for p in (run / "logs").glob("rank-*.log") if "warm start after" in p.read_text()]
         assert len(warm) == 4, logs(run)
         # Attempt 1's ranks are the standby step's tasks (their heartbeats name the step).
@@ -178,7 +178,7 @@ def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tm
             f"\nstandby step {standby_step}; relaunched {second.time - killed:.1f} s after the kill, "
             f"training again {trained[0]['time'] - killed:.1f} s after it"
         )
-        assert len(standby_step) == 1
+        assert len(standby_step) == 2  # a step per node
     finally:
         subprocess.run(["scancel", job_id], check=False)
 
@@ -288,15 +288,19 @@ def test_training_longer_than_the_time_limit_takes_three_allocations(
         subprocess.run(["scancel", job_id], check=False)
 
 
-def test_lost_node_of_two_goes_on_on_the_other_without_the_queue(hpctrain_home: Path, tmp_path: Path) -> None:
+def test_lost_node_of_two_goes_on_warm_on_the_other_without_the_queue(
+    hpctrain_home: Path, tmp_path: Path
+) -> None:
     """Issue 11 item 4: a 2 x 2 job loses node2 (not the batch host); the two ranks on node1 go on
-    in the same allocation from the last checkpoint, with twice the gradient accumulation."""
+    in the same allocation from the last checkpoint, with twice the gradient accumulation. Issue 24
+    item 2: they are node1's warm standby (a standby step per node: node2's went with its node)."""
     train = {"steps": 300, "checkpoint_every": 20, "eval_every": 0, "options": {"delay_s": 0.1}}
     path = job_file(
         tmp_path,
         "restart-shrink",
         train,
         resources={"nodes": 2, "tasks_per_node": 2, "nodelist": ["node1", "node2"]},
+        restart={"warm_standby": True, "standby_delay": 0},
     )
     entry = submit(path)
     job_id, run = entry["job_id"], run_dir(entry)
@@ -305,6 +309,8 @@ def test_lost_node_of_two_goes_on_on_the_other_without_the_queue(hpctrain_home: 
         assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
             run
         )
+        standby = run / "standby" / "1"
+        assert wait_for(lambda: len(list(standby.glob("ready-node1.*"))) == 2, timeout=120), logs(run)
         assert "BatchHost=node1" in scontrol_job(job_id)
         faults.kill_node("node2")
         killed = time.time()
@@ -331,6 +337,9 @@ def test_lost_node_of_two_goes_on_on_the_other_without_the_queue(hpctrain_home: 
             f"after {again[0] - killed:.0f} s (SlurmdTimeout 30 s)"
         )
         assert "node_failure node2" in status_text(job_id)
+        assert "attempt 1 runs in the warm standby steps" in (run / "logs" / "batch.log").read_text()
+        warm = [p.name for p in (run / "logs").glob("rank-*.log") if "warm start after" in p.read_text()]
+        assert sorted(warm) == ["rank-0.log", "rank-1.log"], logs(run)
     finally:
         subprocess.run(["scancel", job_id], check=False)
         faults.recover_nodes()

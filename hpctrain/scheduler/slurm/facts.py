@@ -293,8 +293,9 @@ class FailedTask(msgspec.Struct):
 
 
 def srun_task_errors(lines: Iterable[str], max_tasks: int = MAX_RANGE) -> list[FailedTask]:
-    """The tasks that srun's error lines among `lines` name, each once (its first word counts)."""
-    found: dict[str, FailedTask] = {}
+    """The tasks that srun's error lines among `lines` name, each once (its first word counts); a
+    task by its node too (steps of one node each count their tasks from 0)."""
+    found: dict[tuple[str, str], FailedTask] = {}
     for line in lines:
         match = _SRUN_ERROR.search(line)
         if not match:
@@ -303,7 +304,7 @@ def srun_task_errors(lines: Iterable[str], max_tasks: int = MAX_RANGE) -> list[F
         for task in task_ranks(tasks):
             if len(found) >= max_tasks:
                 return list(found.values())
-            found.setdefault(task, FailedTask(task, node, what.strip()))
+            found.setdefault((task, node), FailedTask(task, node, what.strip()))
     return list(found.values())
 
 

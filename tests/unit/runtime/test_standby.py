@@ -25,7 +25,10 @@ LOCAL = REPO / "site-configs" / "local.yaml"
 PROBE_MODULE = """
 import os, signal, sys
 from pathlib import Path
-names = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT")
+names = (
+    "HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID",
+    "HPCTRAIN_PREFLIGHT_DONE",
+)
 usr1 = signal.getsignal(signal.SIGUSR1)
 blocked = signal.pthread_sigmask(signal.SIG_BLOCK, set())
 Path(os.environ["PROBE_OUT"]).write_text(
@@ -58,7 +61,11 @@ def start(tmp_path: Path, preemption_signal: str = "USR1") -> tuple[subprocess.P
         "HPCTRAIN_ATTEMPT": "0",
         "MASTER_ADDR": "old-host",
         "MASTER_PORT": "1",
-        "SLURM_PROCID": "3",
+        # Task 1 of node n2's own standby step (of 2 tasks): its PROCID is its local id.
+        "SLURMD_NODENAME": "n2",
+        "SLURM_PROCID": "1",
+        "SLURM_LOCALID": "1",
+        "SLURM_STEP_NUM_TASKS": "2",
         "SLURM_STEP_ID": "7",
         "PROBE_OUT": str(out),
     }
@@ -68,7 +75,7 @@ def start(tmp_path: Path, preemption_signal: str = "USR1") -> tuple[subprocess.P
 
 
 def wait_ready(proc: subprocess.Popen[bytes], folder: Path) -> Path:
-    ready = folder / "ready-3"
+    ready = folder / "ready-n2.1"
     deadline = time.monotonic() + 120
     while not ready.exists():
         assert proc.poll() is None, proc.stderr.read() if proc.stderr else ""
@@ -86,18 +93,23 @@ def test_go_hands_the_attempt_to_the_module_with_torch_already_imported(tmp_path
         proc.send_signal(signal.SIGUSR1)
         time.sleep(0.3)
         assert proc.poll() is None
-        (folder / "go").write_text("HPCTRAIN_ATTEMPT=4\nMASTER_ADDR=node1\nMASTER_PORT=23456\nPATH=/evil\n")
+        (folder / "go").write_text(
+            "HPCTRAIN_ATTEMPT=4\nMASTER_ADDR=n1\nMASTER_PORT=23456\nHPCTRAIN_NODES=n1,n2\nPATH=/evil\n"
+        )
         proc.send_signal(signal.SIGUSR2)
         assert proc.wait(timeout=60) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
         proc.kill()
     text = out.read_text()
-    assert "HPCTRAIN_ATTEMPT=4 MASTER_ADDR=node1 MASTER_PORT=23456" in text
+    assert "HPCTRAIN_ATTEMPT=4 MASTER_ADDR=n1 MASTER_PORT=23456" in text
+    # Its rank in the attempt: n2 is the second of its nodes, 2 tasks a node, local id 1. No preflight.
+    assert "SLURM_PROCID=3 SLURM_NTASKS=4 SLURM_NODEID=1 HPCTRAIN_PREFLIGHT_DONE=1" in text
     assert "argv=['--flag', 'x y']" in text and "main=__main__" in text
     # Only the attempt's variables are taken; the go signal is no longer blocked in the rank.
     assert f"blocked={sorted(set())}" in text and "torch=True" in text
     assert "usr1_ignored=True" in text  # until the runtime installs its own handler
-    assert b"warm start after" in (proc.stderr.read() if proc.stderr else b"")
+    assert (folder / "taken-n2.1").exists()
+    assert "warm start after" in (tmp_path / "run" / "logs" / "rank-3.log").read_text()
 
 
 def test_stop_ends_the_standby_without_running_the_module(tmp_path: Path) -> None:
@@ -112,12 +124,27 @@ def test_stop_ends_the_standby_without_running_the_module(tmp_path: Path) -> Non
     assert not out.exists()
 
 
+def test_a_go_to_other_nodes_ends_the_standby_of_this_one(tmp_path: Path) -> None:
+    """After a node loss the attempt runs on the nodes left: a standby elsewhere just ends."""
+    proc, folder, out = start(tmp_path)
+    try:
+        wait_ready(proc, folder)
+        (folder / "go").write_text(
+            "HPCTRAIN_ATTEMPT=5\nMASTER_ADDR=n1\nMASTER_PORT=2\nHPCTRAIN_NODES=n1,n3\n"
+        )
+        proc.send_signal(signal.SIGUSR2)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        proc.kill()
+    assert not out.exists() and not (folder / "taken-n2.1").exists()
+
+
 def test_a_go_before_ready_waits_instead_of_killing(tmp_path: Path) -> None:
     """A go signal that comes while the standby still imports is held, not fatal."""
     proc, folder, out = start(tmp_path)
     try:
         time.sleep(0.5)  # the process is up and (very likely) still importing torch
-        (folder / "go").write_text("HPCTRAIN_ATTEMPT=2\nMASTER_ADDR=a\nMASTER_PORT=2\n")
+        (folder / "go").write_text("HPCTRAIN_ATTEMPT=2\nMASTER_ADDR=a\nMASTER_PORT=2\nHPCTRAIN_NODES=n2\n")
         proc.send_signal(signal.SIGUSR2)
         assert proc.wait(timeout=120) == 0, proc.stderr.read() if proc.stderr else ""
     finally:
@@ -133,7 +160,7 @@ def test_the_go_signal_differs_from_the_preemption_signal(tmp_path: Path) -> Non
         proc.send_signal(signal.SIGUSR2)  # the preemption signal: ignored
         time.sleep(0.3)
         assert proc.poll() is None
-        (folder / "go").write_text("HPCTRAIN_ATTEMPT=1\nMASTER_ADDR=a\nMASTER_PORT=2\n")
+        (folder / "go").write_text("HPCTRAIN_ATTEMPT=1\nMASTER_ADDR=a\nMASTER_PORT=2\nHPCTRAIN_NODES=n2\n")
         proc.send_signal(signal.SIGUSR1)
         assert proc.wait(timeout=60) == 0
     finally:

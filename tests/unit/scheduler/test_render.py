@@ -141,9 +141,10 @@ def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
     if launcher != "srun":  # torchrun and MPI build their world at step start: no standby
         assert "standby_start" not in script
     else:
-        assert (
-            "rank_step hpctrain.runtime.standby" in script and f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
-        )
+        # A standby step per node (standby_steps), each task a hpctrain.runtime.standby; the go signal.
+        assert f"hpctrain.supervisor.standby_steps \"$HPCTRAIN_NODES\" {go} " in script
+        assert "--nodes=1" in script and "-m hpctrain.runtime.standby" in script
+        assert f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
         assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
     shellcheck(script, tmp_path)
 

@@ -167,12 +167,36 @@ def test_the_task_errors_of_an_attempt_are_those_after_its_line(tmp_path: Path) 
         "hpctrain: attempt 4 on node1, rendezvous node1:2\n"
         "srun: error: node1: tasks 0-1: Terminated\n"
     )
-    assert attempt_task_errors(run, 4) == [
+    assert attempt_task_errors(run, attempt_on(4, "node1")) == [
         FailedTask("0", "node1", "Terminated"),
         FailedTask("1", "node1", "Terminated"),
     ]
-    assert [t.rank for t in attempt_task_errors(run, 3)] == ["2", "0", "1"]
-    assert attempt_task_errors(run, 5) == []
+    assert [t.rank for t in attempt_task_errors(run, attempt_on(3, "node1", "node2"))] == ["2", "0", "1"]
+    assert attempt_task_errors(run, attempt_on(5, "node1")) == []
+
+
+def attempt_on(attempt: int, *nodes: str, per_node: int = 2) -> AttemptLine:
+    return AttemptLine(
+        attempt=attempt, event="start", time=0.0, nodes=list(nodes), world_size=per_node * len(nodes)
+    )
+
+
+def test_the_tasks_of_a_warm_attempt_are_named_by_global_rank(tmp_path: Path) -> None:
+    # A warm attempt runs one step per node: srun counts each node's tasks from 0.
+    run = RunDir(tmp_path)
+    run.logs.mkdir(parents=True)
+    (run.logs / "batch.log").write_text(
+        "hpctrain: attempt 2 on node3,node1, rendezvous node3:1\n"
+        "hpctrain: attempt 2 runs in the warm standby steps\n"
+        "srun: error: node1: task 1: Killed\n"
+        "srun: error: node3: tasks 0-1: Terminated\n"
+    )
+    found = attempt_task_errors(run, attempt_on(2, "node3", "node1"))
+    assert found == [
+        FailedTask("3", "node1", "Killed"),
+        FailedTask("0", "node3", "Terminated"),
+        FailedTask("1", "node3", "Terminated"),
+    ]
 
 
 def test_classification_order() -> None:

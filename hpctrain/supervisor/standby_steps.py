@@ -1,0 +1,166 @@
+"""The warm standby as one srun step per node, and the attempt's step once handed the go.
+
+``python -m hpctrain.supervisor.standby_steps NODES GO_SIGNAL GO_FILE -- SRUN...``
+
+The batch script keeps the next attempt's ranks warm (``runtime/standby.py``: torch and the runtime
+imported, waiting for the go) in one srun step per node, not one over every node: a step loses
+all its tasks with any one node, and srun waits for tasks it can no longer reach, so only separate
+steps keep the standby of the nodes that remain after a node is lost. This process owns those steps
+(SRUN is their command line, ``@NODE@`` standing for the node) and is the process the batch script
+waits on as the attempt's step once it has handed them the attempt:
+
+* The batch script writes the go file (the attempt, its rendezvous and its nodes, or ``stop``) and
+  sends this process GO_SIGNAL, which it passes on to every step (srun forwards it to the tasks).
+  A task whose node is not among the attempt's ends by itself, and so does every task on ``stop``;
+  a step still there after STOP_WAIT_S (its node is lost) is ended.
+* As the attempt's step it ends as one srun step with ``--kill-on-bad-exit`` does: the first step
+  of the attempt's nodes that fails ends the others (SIGTERM, on which srun cancels its step), and
+  the exit status is that step's. SIGTERM or SIGINT to this process ends every step. Before the go,
+  a step that ends (its node lost) ends nothing else.
+
+Torch-free and small: the watchdog and the supervisor treat it as the attempt's srun.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from hpctrain.rundir.names import STANDBY_GO_NODES
+
+NODE = "@NODE@"  # stands for the node in the srun command line
+STOP_WAIT_S = 4.0  # a step told to stop that is still there after this long is ended
+TERM_WAIT_S = 4.0  # after SIGTERM, srun's wait for its tasks before SIGKILL
+POLL_S = 0.05
+
+
+def node_command(command: Sequence[str], node: str) -> list[str]:
+    """The srun command line of one node's step."""
+    return [word.replace(NODE, node) for word in command]
+
+
+def exit_status(code: int) -> int:
+    """A Popen return code as the shell reports it (killed by signal N: 128 + N)."""
+    return 128 - code if code < 0 else code
+
+
+def attempt_nodes_of(go_file: Path) -> set[str]:
+    """The nodes the go file gives the attempt (none: stop, or no go file)."""
+    try:
+        text = go_file.read_text()
+    except OSError:
+        return set()
+    for line in text.splitlines():
+        name, _, value = line.partition("=")
+        if name == STANDBY_GO_NODES:
+            return {node for node in value.split(",") if node}
+    return set()
+
+
+class NodeSteps:
+    """One standby step per node; after the go, the attempt's step."""
+
+    def __init__(
+        self, nodes: list[str], command: list[str], go_signal: signal.Signals, go_file: Path
+    ) -> None:
+        self.go_signal = go_signal
+        self.go_file = go_file
+        self.lock = threading.Lock()
+        self.steps = {node: subprocess.Popen(node_command(command, node)) for node in nodes}
+        self.ended: list[tuple[str, int]] = []  # (node, exit status), in the order the steps ended
+        self.attempt: set[str] | None = None  # the attempt's nodes, once the go came
+        self.ending = False
+
+    def running(self) -> list[str]:
+        with self.lock:
+            gone = {node for node, _ in self.ended}
+        return [node for node in self.steps if node not in gone]
+
+    def reap(self) -> None:
+        with self.lock:
+            gone = {node for node, _ in self.ended}
+            for node, proc in self.steps.items():
+                code = proc.poll() if node not in gone else None
+                if code is not None:
+                    self.ended.append((node, exit_status(code)))
+
+    def failure(self) -> int | None:
+        """The status of the first step of the attempt's nodes that ended non-zero, if any."""
+        with self.lock:
+            attempt = self.attempt or set()
+            return next((code for node, code in self.ended if node in attempt and code), None)
+
+    def send(self, sig: signal.Signals, nodes: list[str] | None = None) -> None:
+        for node in self.running() if nodes is None else nodes:
+            try:
+                self.steps[node].send_signal(sig)
+            except ProcessLookupError:
+                pass
+
+    def end(self, nodes: list[str] | None = None) -> None:
+        """SIGTERM to the steps (srun cancels each), SIGKILL to those still there after TERM_WAIT_S."""
+        targets = self.running() if nodes is None else nodes
+        self.send(signal.SIGTERM, targets)
+        deadline = time.monotonic() + TERM_WAIT_S
+        while any(node in self.running() for node in targets) and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            self.reap()
+        self.send(signal.SIGKILL, [node for node in targets if node in self.running()])
+
+    def go(self) -> None:
+        """Pass the go on; end the steps that should have stopped and have not (a lost node's)."""
+        with self.lock:
+            self.attempt = attempt_nodes_of(self.go_file)
+        self.send(self.go_signal)
+        deadline = time.monotonic() + STOP_WAIT_S
+        outside = self._outside()
+        while outside and time.monotonic() < deadline:
+            time.sleep(POLL_S)
+            self.reap()
+            outside = self._outside()
+        if outside:
+            self.end(outside)
+
+    def _outside(self) -> list[str]:
+        attempt = self.attempt or set()
+        return [node for node in self.running() if node not in attempt]
+
+    def run(self) -> int:
+        """Until every step has ended: the attempt's status (0, or its first failure's)."""
+        while self.running():
+            time.sleep(POLL_S)
+            self.reap()
+            if not self.ending and self.failure() is not None:
+                self.ending = True
+                threading.Thread(target=self.end, daemon=True).start()
+        return self.failure() or 0
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 5 or argv[3] != "--":
+        print(
+            "usage: python -m hpctrain.supervisor.standby_steps NODES GO_SIGNAL GO_FILE -- SRUN...",
+            file=sys.stderr,
+        )
+        return 2
+    nodes, go_signal, go_file = argv[0].split(","), signal.Signals["SIG" + argv[1]], Path(argv[2])
+    # The steps start first: srun inherits blocked and ignored signals, and must forward the go. No
+    # go can come before the steps' tasks announce themselves ready, seconds later.
+    steps = NodeSteps(nodes, argv[4:], go_signal, go_file)
+
+    def later(work: Callable[[], None]) -> None:  # a handler only starts the work: it waits and polls
+        threading.Thread(target=work, daemon=True).start()
+
+    signal.signal(go_signal, lambda signum, frame: later(steps.go))
+    signal.signal(signal.SIGTERM, lambda signum, frame: later(steps.end))
+    signal.signal(signal.SIGINT, lambda signum, frame: later(steps.end))
+    return steps.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
