@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import statistics
 import sys
 import time
@@ -93,9 +94,8 @@ def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
     trials of a round apart (constant liar), and the median pruner where early_stop asks for one."""
     optuna = require_optuna()
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
 
-    storage = JournalStorage(JournalFileBackend(str(root / file_names.STUDY_JOURNAL)))
+    storage = JournalStorage(journal(root / file_names.STUDY_JOURNAL))
     sampler = optuna.samplers.TPESampler(
         seed=chosen.seed, n_startup_trials=chosen.round_size, constant_liar=True, multivariate=True
     )
@@ -114,6 +114,36 @@ def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
         direction="minimize" if chosen.mode == "min" else "maximize",
         load_if_exists=True,
     )
+
+
+def journal(path: Path) -> Any:
+    """The study's journal file storage, whose records are whole lines: a record it cannot append (the
+    disk is full) is cut back off and stops the sweep with one error that names the file and says how
+    to carry on; what was recorded before stays readable."""
+    from optuna.storages.journal import JournalFileBackend
+
+    def stopped(error: OSError) -> HpctrainError:
+        return HpctrainError(
+            f"{path}: the sweep's study cannot record ({error.strerror or error}); nothing it recorded "
+            f"is lost: make room, then run `hpctrain sweep resume {path.parent.name}`"
+        )
+
+    class Journal(JournalFileBackend):
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            # One loop writes a sweep's journal (_one_loop), so its size before the append is where
+            # a record cut off by the full disk starts: a partial line would spoil every later one.
+            before = os.path.getsize(path)
+            try:
+                super().append_logs(logs)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.truncate(path, before)
+                raise stopped(error) from None
+
+    try:
+        return Journal(str(path))
+    except OSError as error:  # creating the file
+        raise stopped(error) from None
 
 
 def distributions(chosen: spec.Sweep) -> dict[str, Any]:

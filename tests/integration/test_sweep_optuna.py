@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +17,7 @@ import pytest
 
 from hpctrain import rundir, spec
 from hpctrain.rundir import names
+from tests import tmpfs
 from tests.conftest import JOBS, REPO, run_cli
 from tests.integration.cluster import cancel_leftovers
 
@@ -160,3 +162,52 @@ def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> N
     assert sorted(p.name for p in root.glob("array-*")) == sorted(
         names.ARRAY_ELEMENT.name(i) for i in range(7)
     )
+
+
+def test_an_optuna_sweep_out_of_disk_stops_with_one_line_and_resumes_once_there_is_room(
+    hpctrain_home: Path,
+) -> None:
+    with tmpfs.small_tmpfs(hpctrain_home, "64m") as home:
+        args = ["--site", "local", "--budget", "4", "--round-size", "2", *QUICK]
+        loop = subprocess.Popen(
+            [sys.executable, "-m", "hpctrain.cli.main", "sweep", JOB, *args],
+            cwd=REPO,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            # Stop the loop (Ctrl-C) once the first round is out, and let that round finish.
+            deadline = time.monotonic() + QUEUE_TIMEOUT
+            while not (found := sweep_status()) or not found[0]["trials"]:
+                assert loop.poll() is None, loop.communicate()
+                assert time.monotonic() < deadline, found
+                time.sleep(0.5)
+            loop.send_signal(signal.SIGINT)
+            loop.communicate(timeout=60)
+            while sweep_status()[0]["counts"] != {"COMPLETED": 2}:
+                assert time.monotonic() < deadline, sweep_status()
+                time.sleep(1)
+        finally:
+            if loop.poll() is None:
+                loop.kill()
+        sweep_id = found[0]["sweep_id"]
+        root = home / "runs" / sweep_id
+        filler = tmpfs.fill(home)
+        full = run_cli("sweep", "resume", sweep_id)
+        journal = root / names.STUDY_JOURNAL
+        assert full.returncode != 0 and full.stderr == (
+            f"hpctrain: error: {journal}: the sweep's study cannot record (No space left on device); "
+            f"nothing it recorded is lost: make room, then run `hpctrain sweep resume {sweep_id}`\n"
+        )
+        filler.unlink()
+        resumed = run_cli("sweep", "resume", sweep_id, "--json", timeout=QUEUE_TIMEOUT)
+        assert resumed.returncode == 0, resumed.stderr
+        study = load_study(root)
+        complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        assert [t.number for t in complete] == [0, 1, 2, 3]
+        check_told_trials(root, study)
+        record = rundir.read_json(root / names.SWEEP, rundir.SweepRecord)
+        assert isinstance(record, rundir.SweepRecord)
+        SUBMITTED.extend(c.job_id for c in record.arrays if c.job_id)
+        assert [(c.offset, c.count) for c in record.arrays] == [(0, 2), (2, 2)]

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from hpctrain.runtime.memory_checkpoint import Copy, auto_interval, choose, peer_of, private_folder
+from tests import tmpfs
 
 HOSTS = ["n1", "n1", "n2", "n2"]
 
@@ -147,20 +148,9 @@ def test_run_folders_no_save_touched_for_hours_are_removed_and_the_current_one_k
 
 @pytest.fixture
 def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
-    """A 64 KiB RAM file system at tmp_path/shm: a memory folder that fills up."""
-    shm = tmp_path / "shm"
-    shm.mkdir()
-    if os.geteuid() != 0:
-        pytest.skip("mounting a small tmpfs needs root")
-    mounted = subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(shm)], capture_output=True
-    )
-    if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here: {mounted.stderr.decode().strip()}")
-    try:
-        yield shm
-    finally:
-        subprocess.run(["umount", str(shm)], check=True)
+    """A 64 KiB RAM file system: a memory folder that fills up."""
+    with tmpfs.small_tmpfs(tmp_path / "shm", "64k") as folder:
+        yield folder
 
 
 @pytest.mark.timeout(600)
