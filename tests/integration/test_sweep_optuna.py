@@ -3,6 +3,7 @@ trial's result; a sweep cancelled mid-way and resumed carries its study on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -109,8 +110,11 @@ def test_an_optuna_sweep_of_digits_finishes_in_rounds_of_one_array(hpctrain_home
     assert summary["best"]["metric"] == pytest.approx(study.best_value)
 
 
-def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> None:
-    args = ["--site", "local", "--budget", "5", "--round-size", "2", *SLOW]
+@contextlib.contextmanager
+def sweep_loop(budget: int, *overrides: str) -> Iterator[subprocess.Popen[str]]:
+    """`hpctrain sweep` of the digits study, in rounds of two, running in the background (killed if it
+    still runs afterwards)."""
+    args = ["--site", "local", "--budget", str(budget), "--round-size", "2", *overrides]
     loop = subprocess.Popen(
         [sys.executable, "-m", "hpctrain.cli.main", "sweep", JOB, *args],
         cwd=REPO,
@@ -119,22 +123,30 @@ def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> N
         text=True,
     )
     try:
-        # Cancel once the second round is out and the first told.
-        deadline = time.monotonic() + QUEUE_TIMEOUT
-        while True:
-            assert loop.poll() is None, loop.communicate()
-            assert time.monotonic() < deadline, sweep_status()
-            found = sweep_status()
-            if found and len(found[0]["trials"]) >= 4:
-                break
-            time.sleep(1)
-        (summary,) = found
-        cancel = run_cli("sweep", "cancel", summary["sweep_id"])
-        assert cancel.returncode == 0, cancel.stderr
-        out, err = loop.communicate(timeout=120)
+        yield loop
     finally:
         if loop.poll() is None:
             loop.kill()
+
+
+def until_trials(loop: subprocess.Popen[str], count: int) -> dict[str, Any]:
+    """The sweep's status once it has `count` trials out, its loop still running."""
+    deadline = time.monotonic() + QUEUE_TIMEOUT
+    while True:
+        assert loop.poll() is None, loop.communicate()
+        found = sweep_status()
+        if found and len(found[0]["trials"]) >= count:
+            return found[0]
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+
+
+def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> None:
+    with sweep_loop(5, *SLOW) as loop:
+        summary = until_trials(loop, 4)  # the second round is out and the first told
+        cancel = run_cli("sweep", "cancel", summary["sweep_id"])
+        assert cancel.returncode == 0, cancel.stderr
+        out, err = loop.communicate(timeout=120)
     assert loop.returncode == 0, err
     assert f"carry on: hpctrain sweep resume {summary['sweep_id']}" in out
     root = hpctrain_home / "runs" / summary["sweep_id"]
@@ -168,30 +180,15 @@ def test_an_optuna_sweep_out_of_disk_stops_with_one_line_and_resumes_once_there_
     hpctrain_home: Path,
 ) -> None:
     with tmpfs.small_tmpfs(hpctrain_home, "64m") as home:
-        args = ["--site", "local", "--budget", "4", "--round-size", "2", *QUICK]
-        loop = subprocess.Popen(
-            [sys.executable, "-m", "hpctrain.cli.main", "sweep", JOB, *args],
-            cwd=REPO,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
+        with sweep_loop(4, *QUICK) as loop:
             # Stop the loop (Ctrl-C) once the first round is out, and let that round finish.
-            deadline = time.monotonic() + QUEUE_TIMEOUT
-            while not (found := sweep_status()) or not found[0]["trials"]:
-                assert loop.poll() is None, loop.communicate()
-                assert time.monotonic() < deadline, found
-                time.sleep(0.5)
+            sweep_id = until_trials(loop, 1)["sweep_id"]
             loop.send_signal(signal.SIGINT)
             loop.communicate(timeout=60)
-            while sweep_status()[0]["counts"] != {"COMPLETED": 2}:
-                assert time.monotonic() < deadline, sweep_status()
-                time.sleep(1)
-        finally:
-            if loop.poll() is None:
-                loop.kill()
-        sweep_id = found[0]["sweep_id"]
+        deadline = time.monotonic() + QUEUE_TIMEOUT
+        while sweep_status()[0]["counts"] != {"COMPLETED": 2}:
+            assert time.monotonic() < deadline, sweep_status()
+            time.sleep(1)
         root = home / "runs" / sweep_id
         filler = tmpfs.fill(home)
         full = run_cli("sweep", "resume", sweep_id)
