@@ -445,9 +445,11 @@ def wait_all(
     timeout: float | None = None,
     progress: Callable[[list[RunStatus]], None] | None = None,
     interval: float | None = None,
+    goodput: bool = True,
 ) -> list[RunStatus]:
     """Poll every run (one batched query per poll) until all have ended; their last statuses.
-    `progress` sees each poll; WaitTimeout after `timeout` seconds; `interval`: the longest delay."""
+    `progress` sees each poll; WaitTimeout after `timeout` seconds; `interval`: the longest delay;
+    `goodput`: the last statuses carry the goodput split."""
     from hpctrain.runs.status import MIN_INTERVAL_S, wait_until_ended
 
     deadline = None if timeout is None else time.monotonic() + timeout
@@ -459,15 +461,16 @@ def wait_all(
             names = ", ".join(f"job {h.job_id} ({s.state})" for h, s in zip(handles, statuses, strict=True))
             raise WaitTimeout(f"not ended after {timeout:g} s: {names}")
 
-    return wait_until_ended([h.record for h in handles], on_poll, interval or MIN_INTERVAL_S)
+    return wait_until_ended([h.record for h in handles], on_poll, interval or MIN_INTERVAL_S, goodput=goodput)
 
 
-def statuses(handles: Sequence[Run], brief: bool = False) -> list[RunStatus]:
+def statuses(handles: Sequence[Run], brief: bool = False, goodput: bool = True) -> list[RunStatus]:
     """One poll of many runs (one scheduler query per backend); `brief`: an ended run that did not fail
-    is read no further than its result (the table of many runs)."""
+    is read no further than its result (the table of many runs); `goodput`: each status carries the
+    goodput split (not with `brief`)."""
     from hpctrain.runs.status import poll_statuses
 
-    return poll_statuses([h.record for h in handles], brief=brief)
+    return poll_statuses([h.record for h in handles], brief=brief, goodput=goodput)
 
 
 def cancel(handles: Sequence[Run]) -> None:

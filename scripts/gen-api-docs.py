@@ -8,7 +8,6 @@ hpctrain/examples/pipeline.py, the script tests/integration/test_python_api.py r
 
 from __future__ import annotations
 
-import argparse
 import ast
 import inspect
 import itertools
@@ -20,11 +19,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from hpctrain import api  # noqa: E402 - needs ROOT on sys.path
+from scripts.docgen_check import checking, read, sync, with_section  # noqa: E402
 
 DOC = ROOT / "docs" / "python-api.md"
 EXAMPLE = ROOT / "hpctrain" / "examples" / "pipeline.py"
-BEGIN = "<!-- BEGIN GENERATED: {name}, by scripts/gen-api-docs.py from {source} -->"
-END = "<!-- END GENERATED: {name} -->"
+SCRIPT = "gen-api-docs.py"
 PREAMBLE = "# Python API\n"
 
 
@@ -114,32 +113,14 @@ SECTIONS = {
 
 def updated(current: str | None) -> str:
     """The file's text with each generated section replaced (or appended when it has none yet)."""
-    out = current if current is not None else PREAMBLE
+    out = current or PREAMBLE
     for name, (source, make) in SECTIONS.items():
-        begin, end = BEGIN.format(name=name, source=source), END.format(name=name)
-        section = f"{begin}\n\n{make()}\n{end}\n"
-        start, stop = out.find(begin), out.find(end)
-        if start < 0 or stop < start:
-            out = out.rstrip("\n") + "\n\n" + section
-        else:
-            out = out[:start] + section + out[stop + len(end) :].removeprefix("\n")
+        out = with_section(out, name, SCRIPT, source, make())
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if the file is stale")
-    args = parser.parse_args(argv)
-    current = DOC.read_text(encoding="utf-8") if DOC.exists() else None
-    wanted = updated(current)
-    if current == wanted:
-        return 0
-    if args.check:
-        print(f"{DOC.relative_to(ROOT)} is stale: run python scripts/gen-api-docs.py", file=sys.stderr)
-        return 1
-    DOC.write_text(wanted, encoding="utf-8")
-    print(f"wrote {DOC.relative_to(ROOT)}", file=sys.stderr)
-    return 0
+    return sync({DOC: updated(read(DOC))}, SCRIPT, checking(__doc__, argv))
 
 
 if __name__ == "__main__":

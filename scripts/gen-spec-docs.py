@@ -6,7 +6,6 @@ The job spec and the site profile (hpctrain/spec/), and every file of the run di
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 from typing import NamedTuple
@@ -18,11 +17,9 @@ sys.path.insert(0, str(ROOT))
 
 from hpctrain import rundir  # noqa: E402 - needs ROOT on sys.path
 from hpctrain.spec import JobSpec, Site, field_docs  # noqa: E402
+from scripts.docgen_check import checking, read, sync, with_section  # noqa: E402
 
-# A section is found by its name alone: a moved source must not leave the old section behind.
-BEGIN_OF = "<!-- BEGIN GENERATED: {name} fields,"
-BEGIN = BEGIN_OF + " by scripts/gen-spec-docs.py from {source} -->"
-END = "<!-- END GENERATED: {name} fields -->"
+SCRIPT = "gen-spec-docs.py"
 
 
 class Target(NamedTuple):
@@ -108,47 +105,19 @@ def tables(target: Target) -> str:
     return "\n".join(parts)
 
 
-def generated(target: Target) -> str:
-    begin = BEGIN.format(name=target.section, source=target.source)
-    return f"{begin}\n\n{tables(target)}\n{END.format(name=target.section)}\n"
-
-
 def updated(target: Target, current: str | None) -> str:
     """The file's text with its generated section replaced (or appended when it has none yet)."""
-    section = generated(target)
-    if current is None:
-        return f"{target.preamble}\n{section}"
-    end = END.format(name=target.section)
-    start, stop = current.find(BEGIN_OF.format(name=target.section)), current.find(end)
-    if start < 0 or stop < start:
-        return current.rstrip("\n") + "\n\n" + section
-    rest = current[stop + len(end) :]
-    return current[:start] + section + rest.removeprefix("\n")
+    name = f"{target.section} fields"
+    return with_section(current or target.preamble, name, SCRIPT, target.source, tables(target))
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--check", action="store_true", help="write nothing; exit 1 if a file is stale")
-    args = parser.parse_args(argv)
-    stale = []
-    for target in TARGETS:
-        current = target.path.read_text(encoding="utf-8") if target.path.exists() else None
-        wanted = updated(target, current)
-        if current == wanted:
-            continue
-        stale.append(target.path.relative_to(ROOT))
-        if not args.check:
-            target.path.parent.mkdir(parents=True, exist_ok=True)
-            target.path.write_text(wanted, encoding="utf-8")
-    if args.check:
-        for path in stale:
-            print(f"{path} is stale: run python scripts/gen-spec-docs.py", file=sys.stderr)
-        return 1 if stale else 0
-    for target in TARGETS:
-        print(f"## {target.section}\n\n{tables(target)}")
-    for path in stale:
-        print(f"wrote {path}", file=sys.stderr)
-    return 0
+    check = checking(__doc__, argv)
+    code = sync({target.path: updated(target, read(target.path)) for target in TARGETS}, SCRIPT, check)
+    if not check:
+        for target in TARGETS:
+            print(f"## {target.section}\n\n{tables(target)}")
+    return code
 
 
 if __name__ == "__main__":

@@ -33,22 +33,39 @@ apt_install() {
 apt_install gcc make libbsd-dev libslurm-dev makeself jq parallel pigz zstd squashfs-tools \
     fuse-overlayfs squashfuse gawk curl libcap2-bin runc crun mmdebstrap
 
+# build_vendored NAME VERSION PREPARE [MAKE_ARGS...]: `make install` NAME-VERSION.tar.xz from $VENDOR
+# into $PREFIX, after running PREPARE (a function, or :) on the unpacked tree. Fails, saying why, when
+# the tarball is missing or the build fails.
+build_vendored() {
+    local name=$1 version=$2 prepare=$3
+    shift 3
+    local tarball="$VENDOR/$name-$version.tar.xz" work
+    [ -f "$tarball" ] || { say "$name not installed: $tarball is missing"; return 1; }
+    work=$(mktemp -d)
+    tar -xf "$tarball" -C "$work"
+    "$prepare" "$work/$name-$version"
+    if ! make -s -C "$work/$name-$version" prefix="$PREFIX" "$@" install >"$work/make.log" 2>&1; then
+        say "$name not installed: make failed: $(tail -n 1 "$work/make.log")"
+        rm -rf "$work"
+        return 1
+    fi
+    rm -rf "$work"
+}
+
+# The enroot archive has no git submodules (musl, makeself): it is built against glibc and Debian's
+# libbsd, with Debian's makeself.
+debian_makeself() {
+    mkdir -p "$1/deps/dist/makeself/bin"
+    ln -s "$(command -v makeself)" "$1/deps/dist/makeself/bin/enroot-makeself"
+}
+
 build_enroot() {
     if [ "$(enroot version 2>/dev/null)" = "$ENROOT_VERSION" ]; then
         say "enroot $ENROOT_VERSION installed"
         return 0
     fi
-    local tarball="$VENDOR/enroot-$ENROOT_VERSION.tar.xz" work
-    [ -f "$tarball" ] || { say "enroot not installed: $tarball is missing"; return 0; }
-    work=$(mktemp -d)
-    tar -xf "$tarball" -C "$work"
-    # The archive has no git submodules (musl, makeself): build against glibc and Debian's libbsd,
-    # and take Debian's makeself.
-    mkdir -p "$work/enroot-$ENROOT_VERSION/deps/dist/makeself/bin"
-    ln -s "$(command -v makeself)" "$work/enroot-$ENROOT_VERSION/deps/dist/makeself/bin/enroot-makeself"
-    make -s -C "$work/enroot-$ENROOT_VERSION" -o deps FORCE_GLIBC=1 LDLIBS=-lbsd prefix="$PREFIX" install >/dev/null 2>&1
-    rm -rf "$work"
-    say "enroot $(enroot version) built from $tarball"
+    build_vendored enroot "$ENROOT_VERSION" debian_makeself -o deps FORCE_GLIBC=1 LDLIBS=-lbsd || return 0
+    say "enroot $(enroot version) built from $VENDOR/enroot-$ENROOT_VERSION.tar.xz"
 }
 
 build_pyxis() {
@@ -56,12 +73,7 @@ build_pyxis() {
         say "pyxis $PYXIS_VERSION installed"
         return 0
     fi
-    local tarball="$VENDOR/pyxis-$PYXIS_VERSION.tar.xz" work
-    [ -f "$tarball" ] || { say "pyxis not installed: $tarball is missing"; return 0; }
-    work=$(mktemp -d)
-    tar -xf "$tarball" -C "$work"
-    make -s -C "$work/pyxis-$PYXIS_VERSION" prefix="$PREFIX" install >/dev/null
-    rm -rf "$work"
+    build_vendored pyxis "$PYXIS_VERSION" : || return 0
     # A SPANK plugin must match the Slurm it runs under: rebuilt when srun's version changes.
     echo "$PYXIS_VERSION $(srun --version)" >"$PREFIX/share/pyxis/version"
     say "pyxis $PYXIS_VERSION built against $(srun --version)"

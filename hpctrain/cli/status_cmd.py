@@ -41,8 +41,9 @@ def run(args: argparse.Namespace) -> int:
     if args.watch:
         statuses = wait_for(runs, quiet=args.json, interval=args.interval, detail=detail)
     else:
-        # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read all.
-        statuses = api.statuses(runs, brief=not args.json and not detail)
+        # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read
+        # all but the goodput split, which only JSON shows (`hpctrain report` draws it).
+        statuses = api.statuses(runs, brief=not args.json and not detail, goodput=args.json)
     if args.json:
         print_json(msgspec.to_builtins(statuses))
     elif not args.watch:

@@ -112,7 +112,7 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     user's name, or empty when it was not cancelled or nobody is known."""
     goodput: GoodputSplit | None = None
     """Where the wall time went: scheduling, start-up, training, rollback, checkpoint blocking and
-    detection (`status --json` and the detail view; not the table of many runs)."""
+    detection (`status --json` and the API; not the views, which do not show it)."""
 
 
 def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
@@ -135,15 +135,18 @@ def select(keys: list[str], everything: bool = False, index: Index | None = None
     return index.recent()
 
 
-def poll_statuses(runs: list[Run], brief: bool = False, index: Index | None = None) -> list[RunStatus]:
+def poll_statuses(
+    runs: list[Run], brief: bool = False, index: Index | None = None, goodput: bool = True
+) -> list[RunStatus]:
     """One poll: states from the scheduler, everything else from the run directories.
 
     With `brief` (the table of many runs), an ended run that did not fail and has a result is read
     no further than result.json, and only runs that failed, run or have elements are explained.
+    `goodput`: also the goodput split (it reads the whole metrics file; never with `brief`).
     """
     polled = refresh(index or Index(), runs)
     release_requeued_runs(polled)
-    return [assemble(one, brief) for one in polled]
+    return [assemble(one, brief, goodput) for one in polled]
 
 
 def wait_until_ended(
@@ -151,18 +154,23 @@ def wait_until_ended(
     on_poll: Callable[[list[RunStatus], bool], None] | None = None,
     interval: float = MIN_INTERVAL_S,
     index: Index | None = None,
+    goodput: bool = True,
 ) -> list[RunStatus]:
     """Poll until every run has ended; `on_poll(statuses, done)` sees each poll (e.g. to draw it).
 
     The first poll comes after one second (short jobs often end within seconds), then the delay
-    doubles up to `interval`, never below MIN_INTERVAL_S.
+    doubles up to `interval`, never below MIN_INTERVAL_S. `goodput`: the last statuses carry the
+    goodput split (the polls before need none).
     """
     interval = max(interval, MIN_INTERVAL_S)
     index = index or Index()
     delay = 1.0
     while True:
-        statuses = poll_statuses(runs, index=index)
+        statuses = poll_statuses(runs, index=index, goodput=False)
         done = all(ended(run) for run in runs)
+        if done and goodput:
+            for status, run in zip(statuses, runs, strict=True):
+                status.goodput = goodput_split(run)
         if on_poll is not None:
             on_poll(statuses, done)
         if done:
@@ -181,8 +189,13 @@ def release_requeued_runs(polled: list[PolledRun]) -> None:
     )
 
 
-def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:
-    """The typed status of one polled run (see `poll_statuses` for `brief`)."""
+def goodput_split(run: Run) -> GoodputSplit | None:
+    """Where the run's wall time went so far."""
+    return split(RunDir(run.run_dir, snapshot=True), run.submitted_at, now_if_running(ended(run)))
+
+
+def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> RunStatus:
+    """The typed status of one polled run (see `poll_statuses` for `brief` and `goodput`)."""
     run, info = polled.run, polled.info
     root = RunDir(run.run_dir, snapshot=True)
     failing = run.state in FAILURE_NAMES
@@ -215,8 +228,8 @@ def assemble(polled: PolledRun, brief: bool = False) -> RunStatus:
         # An array's own directory holds no training: its elements tell what failed.
         if not status.elements:
             status.failed_ranks = explain_failures(root, progress, status.restarts, tasks)
-    if not brief:
-        status.goodput = split(root, run.submitted_at, now_if_running(ended(run)))
+    if goodput and not brief:
+        status.goodput = goodput_split(run)
     if not brief or failing or run.state == health.RUNNING:  # not a file read per ended run
         found = health.health(run.run_dir, run.state)
         status.health = found if msgspec.to_builtins(found) else None

@@ -13,7 +13,9 @@ the user's own, or is open to others, turns memory checkpoints off. Each node ke
 steps; the run's folder is removed when training completes. A run that never completes (it failed,
 was cancelled, or its requeue never came) leaves its copies until a later run of the same user on
 that node starts: it removes the user's run folders that no save touched for ``STALE_AFTER_S``
-(memory only shortens a restart, so a copy that old is worth less than the RAM it holds).
+(memory only shortens a restart, so a copy that old is worth less than the RAM it holds). A copy the
+folder cannot take (it is full) is dropped with one warning a run, leaving no partial file: training
+goes on, and the exchange with the peer node still runs (the peer waits for it).
 
 On a restart every rank lists the copies its node holds, and all agree (from the same gathered
 lists) on the newest step that is newer than the newest disk checkpoint and complete: a copy of
@@ -218,11 +220,16 @@ def private_folder(path: Path) -> bool:
 
 
 def write_private(path: Path, data: bytes) -> None:
-    """`path` whole (a temporary name, then rename), mode 0600."""
+    """`path` whole (a temporary name, then rename), mode 0600; a write that fails (the memory folder
+    is full) leaves nothing behind."""
     tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
-        handle.write(data)
-    os.replace(tmp, path)
+    try:
+        with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "wb") as handle:
+            handle.write(data)
+        os.replace(tmp, path)
+    except OSError:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def exchange(sends: dict[int, bytes], receives: list[int], group: Any) -> dict[int, bytes]:
@@ -270,6 +277,7 @@ class MemoryCheckpoints:
         self.stored: dict[str, Any] | None = None
         self.stored_s = 0.0  # the last background store's seconds (encode, write, exchange)
         self.reported = -math.inf  # when the last memory_checkpoint event was logged (monotonic)
+        self.write_failed = False  # warned once: a full memory folder fails every save alike
         self.run_folder = self._run_folder(run_dir) if self.every else None
         self.folder = self.run_folder / host if self.run_folder is not None else None
         if self.folder is not None:
@@ -319,27 +327,48 @@ class MemoryCheckpoints:
         self, about: Copy, snapshot: dict[str, Any], group: Any, started: float, blocked: float
     ) -> None:
         assert self.folder is not None
+        folder = self.folder / CHECKPOINT.name(about.step)
         try:
             blob = encode(about, snapshot)
-            folder = self.folder / CHECKPOINT.name(about.step)
-            folder.mkdir(mode=0o700, exist_ok=True)
-            write_private(folder / MEMORY_COPY.name(self.rank), blob)
             peer = peer_of(self.hosts, self.rank)
             senders = [r for r in range(self.world) if peer_of(self.hosts, r) == self.rank]
+            # The exchange goes ahead whatever this node's writes do: the peer waits for this copy.
+            written = self._write(folder, {self.rank: blob})
             held = exchange({peer: blob} if peer is not None else {}, senders, group)
-            for origin, copy in held.items():
-                write_private(folder / MEMORY_COPY.name(origin), copy)
-            self._prune(about.step)
-            self.stored_s = time.perf_counter() - started - blocked
-            self.stored = {
-                "step": about.step,
-                "bytes": len(blob),
-                "blocked_s": round(blocked, 4),
-                "stored_s": round(time.perf_counter() - started, 4),
-                "replicated": peer is not None,
-            }
+            written &= self._write(folder, held)
         except Exception as error:  # a peer gone mid-exchange: training's own collectives report it
             log.warning("memory checkpoint of step %d not replicated: %s", about.step, error)
+            return
+        self.stored_s = time.perf_counter() - started - blocked
+        if not written:
+            return
+        self._prune(about.step)
+        self.stored = {
+            "step": about.step,
+            "bytes": len(blob),
+            "blocked_s": round(blocked, 4),
+            "stored_s": round(time.perf_counter() - started, 4),
+            "replicated": peer is not None,
+        }
+
+    def _write(self, folder: Path, copies: dict[int, bytes]) -> bool:
+        """Write each rank's copy into the step's folder; False (and one warning a run) when the memory
+        folder cannot take them: training goes on, and restarts load the newest copy that was
+        written whole, or the disk checkpoint."""
+        try:
+            folder.mkdir(mode=0o700, exist_ok=True)
+            for origin, blob in copies.items():
+                write_private(folder / MEMORY_COPY.name(origin), blob)
+        except OSError as error:
+            if not self.write_failed:
+                log.warning(
+                    "memory checkpoints not stored (%s); training goes on, restarts load from disk "
+                    "(further failures are not reported)",
+                    error,
+                )
+            self.write_failed = True
+            return False
+        return True
 
     def wait(self) -> None:
         """Until the save in the background is stored; its event then (from this thread: the

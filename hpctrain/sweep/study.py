@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import msgspec
 
@@ -48,6 +49,28 @@ CANCELLED = "cancelled"
 Progress = Callable[[str], None]
 
 
+class Rounds(NamedTuple):
+    """What every round of one sweep is asked, written and sent with."""
+
+    study: optuna.Study
+    prepared: plan.Prepared
+    run: rundir.RunDir
+    backend: Backend
+    index: Index
+
+    @property
+    def chosen(self) -> spec.Sweep:
+        return self.prepared.chosen
+
+
+class Round(NamedTuple):
+    """One round's trials, their resolved specs and the array chunk that runs them."""
+
+    trials: list[Trial]
+    resolved: list[spec.Resolved]
+    chunk: ArrayChunk
+
+
 class Settings(msgspec.Struct):
     """study-settings.json: the sweep section as it was given (the trials' own specs carry it without
     early_stop, which the study's pruner carries out)."""
@@ -71,9 +94,8 @@ def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
     trials of a round apart (constant liar), and the median pruner where early_stop asks for one."""
     optuna = require_optuna()
     from optuna.storages import JournalStorage
-    from optuna.storages.journal import JournalFileBackend
 
-    storage = JournalStorage(JournalFileBackend(str(root / file_names.STUDY_JOURNAL)))
+    storage = JournalStorage(journal(root / file_names.STUDY_JOURNAL))
     sampler = optuna.samplers.TPESampler(
         seed=chosen.seed, n_startup_trials=chosen.round_size, constant_liar=True, multivariate=True
     )
@@ -92,6 +114,36 @@ def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
         direction="minimize" if chosen.mode == "min" else "maximize",
         load_if_exists=True,
     )
+
+
+def journal(path: Path) -> Any:
+    """The study's journal file storage, whose records are whole lines: a record it cannot append (the
+    disk is full) is cut back off and stops the sweep with one error that names the file and says how
+    to carry on; what was recorded before stays readable."""
+    from optuna.storages.journal import JournalFileBackend
+
+    def stopped(error: OSError) -> HpctrainError:
+        return HpctrainError(
+            f"{path}: the sweep's study cannot record ({error.strerror or error}); nothing it recorded "
+            f"is lost: make room, then run `hpctrain sweep resume {path.parent.name}`"
+        )
+
+    class Journal(JournalFileBackend):
+        def append_logs(self, logs: list[dict[str, Any]]) -> None:
+            # One loop writes a sweep's journal (_one_loop), so its size before the append is where
+            # a record cut off by the full disk starts: a partial line would spoil every later one.
+            before = os.path.getsize(path)
+            try:
+                super().append_logs(logs)
+            except OSError as error:
+                with contextlib.suppress(OSError):
+                    os.truncate(path, before)
+                raise stopped(error) from None
+
+    try:
+        return Journal(str(path))
+    except OSError as error:  # creating the file
+        raise stopped(error) from None
 
 
 def distributions(chosen: spec.Sweep) -> dict[str, Any]:
@@ -138,17 +190,18 @@ def start(
     chosen = prepared.chosen
     _, (root_spec,) = plan.resolve_points(prepared, [representative(chosen)])
     record = plan.new_record(chosen, root_spec, backend.name, [], [])
-    first: list[tuple[list[Trial], list[spec.Resolved], ArrayChunk]] = []
+    first: list[tuple[Rounds, Round]] = []
 
     def write(run: rundir.RunDir) -> rundir.RunDir:
         rundir.write_json(run.root / file_names.STUDY_SETTINGS, Settings(chosen))
         record.sweep_id = run.root.name
-        study = open_study(run.root, chosen)
-        first.append(_ask_round(study, chosen, prepared, record, run, backend, chosen.budget or 0))
+        rounds = Rounds(open_study(run.root, chosen), prepared, run, backend, index)
+        first.append((rounds, _ask_round(rounds, record, chosen.budget or 0)))
         return run
 
     def schedule(run: rundir.RunDir) -> dict[str, str]:
-        chunk = _send(record, run, backend, chosen, *first[0])
+        rounds, written = first[0]
+        chunk = _send(rounds, record, written)
         return {"": chunk.job_id or ""}
 
     done = submit_run(index, backend, root_spec, asked, write, schedule)
@@ -249,14 +302,14 @@ def _rounds(
     progress: Progress | None,
 ) -> SweepRecord:
     chosen = prepared.chosen
-    run = rundir.RunDir(root)
+    rounds = Rounds(study, prepared, rundir.RunDir(root), backend, index)
     budget = chosen.budget or 0
     while True:
         record = _load_record(root)
         in_flight = _in_flight(study)
         unsubmitted = [t for t in in_flight if t.number >= len(record.trials)]
         if unsubmitted:  # asked, then the loop was stopped before their array went out
-            _submit_round(study, chosen, prepared, record, run, backend, index, unsubmitted)
+            _schedule_round(rounds, record, _write_round(rounds, record, unsubmitted))
             _say(progress, _round_line(record))
             continue
         if in_flight:
@@ -267,8 +320,7 @@ def _rounds(
         done = counted(study)
         if done >= budget:
             break
-        trials, resolved, chunk = _ask_round(study, chosen, prepared, record, run, backend, budget - done)
-        _schedule_round(record, run, backend, index, chosen, trials, resolved, chunk)
+        _schedule_round(rounds, record, _ask_round(rounds, record, budget - done))
         _say(progress, _round_line(record))
     _say(progress, _best_line(study, record, chosen))
     return record
@@ -292,30 +344,15 @@ def _in_flight(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
 
 
-def _ask_round(
-    study: optuna.Study,
-    chosen: spec.Sweep,
-    prepared: plan.Prepared,
-    record: SweepRecord,
-    run: rundir.RunDir,
-    backend: Backend,
-    room: int,
-) -> tuple[list[Trial], list[spec.Resolved], ArrayChunk]:
+def _ask_round(rounds: Rounds, record: SweepRecord, room: int) -> Round:
     """Ask the study for a round of trials, resolve them and write their folders (not submitted yet)."""
-    size = min(chosen.round_size, room)
-    space = distributions(chosen)
-    asked = [study.ask(space) for _ in range(size)]
-    return _write_round(asked, chosen, prepared, record, run, backend)
+    size = min(rounds.chosen.round_size, room)
+    space = distributions(rounds.chosen)
+    return _write_round(rounds, record, [rounds.study.ask(space) for _ in range(size)])
 
 
-def _write_round(
-    asked: list[Any],
-    chosen: spec.Sweep,
-    prepared: plan.Prepared,
-    record: SweepRecord,
-    run: rundir.RunDir,
-    backend: Backend,
-) -> tuple[list[Trial], list[spec.Resolved], ArrayChunk]:
+def _write_round(rounds: Rounds, record: SweepRecord, asked: list[Any]) -> Round:
+    run, chosen = rounds.run, rounds.chosen
     first = len(record.trials)
     numbers = [t.number for t in asked]
     if numbers != list(range(first, first + len(asked))):
@@ -323,42 +360,19 @@ def _write_round(
             f"{run.sweep}: the study's trials {numbers} do not follow the sweep's {first} trials; "
             "was the study changed by hand?"
         )
-    trials, resolved = plan.resolve_points(prepared, [dict(t.params) for t in asked], first)
+    trials, resolved = plan.resolve_points(rounds.prepared, [dict(t.params) for t in asked], first)
     env = _env(chosen)
-    if len(plan.group_by_script(resolved, env, backend)) > 1:
+    if len(plan.group_by_script(resolved, env, rounds.backend)) > 1:
         raise SpecError("sweep.grid: with sampler optuna, the swept keys must not change the batch script")
     plan.write_trials(run, trials, resolved, env)
     chunk = ArrayChunk(offset=first, count=len(trials), throttle=chosen.max_parallel)
     record.trials += trials
     record.arrays.append(chunk)
     rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record
-    return trials, resolved, chunk
+    return Round(trials, resolved, chunk)
 
 
-def _submit_round(
-    study: optuna.Study,
-    chosen: spec.Sweep,
-    prepared: plan.Prepared,
-    record: SweepRecord,
-    run: rundir.RunDir,
-    backend: Backend,
-    index: Index,
-    asked: list[optuna.trial.FrozenTrial],
-) -> None:
-    trials, resolved, chunk = _write_round(asked, chosen, prepared, record, run, backend)
-    _schedule_round(record, run, backend, index, chosen, trials, resolved, chunk)
-
-
-def _schedule_round(
-    record: SweepRecord,
-    run: rundir.RunDir,
-    backend: Backend,
-    index: Index,
-    chosen: spec.Sweep,
-    trials: list[Trial],
-    resolved: list[spec.Resolved],
-    chunk: ArrayChunk,
-) -> None:
+def _schedule_round(rounds: Rounds, record: SweepRecord, written: Round) -> None:
     """A later round's array: submitted with the signals held, recorded in sweep.json and in the index
     (as the sweep's `+OFFSET` entry, as a grid sweep's later arrays are)."""
     from hpctrain.launch.submission import held_signals
@@ -366,17 +380,18 @@ def _schedule_round(
     from hpctrain.runs.index import Run
     from hpctrain.scheduler.base import JobState
 
-    with private_files(resolved[0].site.share_with_group), held_signals():
-        _send(record, run, backend, chosen, trials, resolved, chunk)
+    chunk = written.chunk
+    with private_files(written.resolved[0].site.share_with_group), held_signals():
+        _send(rounds, record, written)
         now = time.time()
-        index.add(
+        rounds.index.add(
             Run(
                 run_id=f"{record.sweep_id}+{chunk.offset}",
                 job_id=chunk.job_id,
                 name=record.name,
                 site=record.site,
-                backend=backend.name,
-                run_dir=run.root,
+                backend=rounds.backend.name,
+                run_dir=rounds.run.root,
                 submitted_at=now,
                 state=JobState.PENDING,
                 state_at=now,
@@ -384,20 +399,12 @@ def _schedule_round(
         )
 
 
-def _send(
-    record: SweepRecord,
-    run: rundir.RunDir,
-    backend: Backend,
-    chosen: spec.Sweep,
-    trials: list[Trial],
-    resolved: list[spec.Resolved],
-    chunk: ArrayChunk,
-) -> ArrayChunk:
+def _send(rounds: Rounds, record: SweepRecord, written: Round) -> ArrayChunk:
     """A round's array to the scheduler, and its job id into sweep.json."""
-    by_number = dict(zip((t.index for t in trials), resolved, strict=True))
-    plan.submit_chunks(record, [chunk], by_number, _env(chosen), run, backend)
-    rundir.write_json(run.sweep, record)
-    return chunk
+    by_number = dict(zip((t.index for t in written.trials), written.resolved, strict=True))
+    plan.submit_chunks(record, [written.chunk], by_number, _env(rounds.chosen), rounds.run, rounds.backend)
+    rundir.write_json(rounds.run.sweep, record)
+    return written.chunk
 
 
 def _wait_round(

@@ -141,3 +141,37 @@ def test_digits_trains_in_a_container_through_a_killed_rank_and_a_preemption(
         print(f"\n{runtime}: {ends(run)}, eval accuracy {result['eval_accuracy']:.3f}")
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.timeout(900)
+def test_a_job_whose_image_lacks_hpctrain_ends_once_at_the_container_check(
+    hpctrain_home: Path, tmp_path: Path, site_file: Path
+) -> None:
+    require_cluster()
+    why = missing("pyxis")
+    if why:
+        pytest.skip(f"pyxis: {why}")
+    # The test image without its Python packages (hpctrain, torch): a squashfs of a few seconds.
+    rootfs = IMAGE_DIR / "bundle" / "rootfs"
+    [packages] = rootfs.glob("usr/local/lib/python3*/dist-packages")
+    image = tmp_path / "without-hpctrain.sqsh"
+    squash = ["mksquashfs", str(rootfs), str(image), "-comp", "lz4", "-noappend", "-quiet", "-no-progress"]
+    subprocess.run([*squash, "-e", str(packages.relative_to(rootfs))], check=True, stdout=subprocess.DEVNULL)
+    # Not the repository (the job's PYTHONPATH names it): nothing in the container can import hpctrain.
+    container = {"runtime": "pyxis", "image": str(image), "mounts": [str(tmp_path)]}
+    path = job_file(tmp_path, "container-without-hpctrain", {"steps": 50}, container=container)
+    proc = run_cli("submit", str(path), "--site", str(site_file), "--json", "--no-check")
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        final = wait_state(job_id, set(), timeout=QUEUE_S + 300, poll=2)
+        batch_log = (run / LOGS / BATCH_LOG).read_text()
+        assert final["state"] == "FAILED", (final, batch_log)
+        [reason] = [line for line in batch_log.splitlines() if "No module named" in line]
+        assert "hpctrain" in reason, batch_log
+        assert batch_log.count("the container check failed on a node") == 1, batch_log
+        assert ends(run) == [] and latest_step(run) == 0, logs(run)  # no training step started
+        assert not list((run / LOGS).glob("rank-*.log")), logs(run)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)

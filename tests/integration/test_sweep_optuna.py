@@ -3,8 +3,10 @@ trial's result; a sweep cancelled mid-way and resumed carries its study on."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -16,6 +18,7 @@ import pytest
 
 from hpctrain import rundir, spec
 from hpctrain.rundir import names
+from tests import tmpfs
 from tests.conftest import JOBS, REPO, run_cli
 from tests.integration.cluster import cancel_leftovers
 
@@ -107,8 +110,11 @@ def test_an_optuna_sweep_of_digits_finishes_in_rounds_of_one_array(hpctrain_home
     assert summary["best"]["metric"] == pytest.approx(study.best_value)
 
 
-def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> None:
-    args = ["--site", "local", "--budget", "5", "--round-size", "2", *SLOW]
+@contextlib.contextmanager
+def sweep_loop(budget: int, *overrides: str) -> Iterator[subprocess.Popen[str]]:
+    """`hpctrain sweep` of the digits study, in rounds of two, running in the background (killed if it
+    still runs afterwards)."""
+    args = ["--site", "local", "--budget", str(budget), "--round-size", "2", *overrides]
     loop = subprocess.Popen(
         [sys.executable, "-m", "hpctrain.cli.main", "sweep", JOB, *args],
         cwd=REPO,
@@ -117,22 +123,30 @@ def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> N
         text=True,
     )
     try:
-        # Cancel once the second round is out and the first told.
-        deadline = time.monotonic() + QUEUE_TIMEOUT
-        while True:
-            assert loop.poll() is None, loop.communicate()
-            assert time.monotonic() < deadline, sweep_status()
-            found = sweep_status()
-            if found and len(found[0]["trials"]) >= 4:
-                break
-            time.sleep(1)
-        (summary,) = found
-        cancel = run_cli("sweep", "cancel", summary["sweep_id"])
-        assert cancel.returncode == 0, cancel.stderr
-        out, err = loop.communicate(timeout=120)
+        yield loop
     finally:
         if loop.poll() is None:
             loop.kill()
+
+
+def until_trials(loop: subprocess.Popen[str], count: int) -> dict[str, Any]:
+    """The sweep's status once it has `count` trials out, its loop still running."""
+    deadline = time.monotonic() + QUEUE_TIMEOUT
+    while True:
+        assert loop.poll() is None, loop.communicate()
+        found = sweep_status()
+        if found and len(found[0]["trials"]) >= count:
+            return found[0]
+        assert time.monotonic() < deadline, found
+        time.sleep(0.5)
+
+
+def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> None:
+    with sweep_loop(5, *SLOW) as loop:
+        summary = until_trials(loop, 4)  # the second round is out and the first told
+        cancel = run_cli("sweep", "cancel", summary["sweep_id"])
+        assert cancel.returncode == 0, cancel.stderr
+        out, err = loop.communicate(timeout=120)
     assert loop.returncode == 0, err
     assert f"carry on: hpctrain sweep resume {summary['sweep_id']}" in out
     root = hpctrain_home / "runs" / summary["sweep_id"]
@@ -160,3 +174,37 @@ def test_a_cancelled_optuna_sweep_resumes_where_it_was(hpctrain_home: Path) -> N
     assert sorted(p.name for p in root.glob("array-*")) == sorted(
         names.ARRAY_ELEMENT.name(i) for i in range(7)
     )
+
+
+def test_an_optuna_sweep_out_of_disk_stops_with_one_line_and_resumes_once_there_is_room(
+    hpctrain_home: Path,
+) -> None:
+    with tmpfs.small_tmpfs(hpctrain_home, "64m") as home:
+        with sweep_loop(4, *QUICK) as loop:
+            # Stop the loop (Ctrl-C) once the first round is out, and let that round finish.
+            sweep_id = until_trials(loop, 1)["sweep_id"]
+            loop.send_signal(signal.SIGINT)
+            loop.communicate(timeout=60)
+        deadline = time.monotonic() + QUEUE_TIMEOUT
+        while sweep_status()[0]["counts"] != {"COMPLETED": 2}:
+            assert time.monotonic() < deadline, sweep_status()
+            time.sleep(1)
+        root = home / "runs" / sweep_id
+        filler = tmpfs.fill(home)
+        full = run_cli("sweep", "resume", sweep_id)
+        journal = root / names.STUDY_JOURNAL
+        assert full.returncode != 0 and full.stderr == (
+            f"hpctrain: error: {journal}: the sweep's study cannot record (No space left on device); "
+            f"nothing it recorded is lost: make room, then run `hpctrain sweep resume {sweep_id}`\n"
+        )
+        filler.unlink()
+        resumed = run_cli("sweep", "resume", sweep_id, "--json", timeout=QUEUE_TIMEOUT)
+        assert resumed.returncode == 0, resumed.stderr
+        study = load_study(root)
+        complete = study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        assert [t.number for t in complete] == [0, 1, 2, 3]
+        check_told_trials(root, study)
+        record = rundir.read_json(root / names.SWEEP, rundir.SweepRecord)
+        assert isinstance(record, rundir.SweepRecord)
+        SUBMITTED.extend(c.job_id for c in record.arrays if c.job_id)
+        assert [(c.offset, c.count) for c in record.arrays] == [(0, 2), (2, 2)]

@@ -15,6 +15,7 @@ from hpctrain.rundir import EvalLine, Result, TrainLine, metric_line
 from hpctrain.scheduler.base import JobInfo, JobState
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from tests.conftest import JOBS
+from tests.unit.fake_sbatch import directive, fake_sbatch
 from tests.unit.tracked_runs import track
 
 JOB = JOBS / "digits-ddp.yaml"
@@ -42,40 +43,24 @@ def test_a_bad_field_in_a_python_job_is_one_line_naming_the_field_and_the_job() 
     assert "<python job x>" in message and "train.steps" in message and "\n" not in message
 
 
-def _fake_sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    """sbatch answers job ids 4242, 4243...; the scripts it was handed, in order."""
-    scripts: list[Path] = []
-
-    def submit(self: SlurmCliBackend, script: Path, run_dir: Path, batch: object = None) -> str:
-        scripts.append(script)
-        return str(4241 + len(scripts))
-
-    monkeypatch.setattr(SlurmCliBackend, "submit", submit)
-    return scripts
-
-
-def _directive(script: Path, option: str) -> list[str]:
-    return [line for line in script.read_text().splitlines() if line.startswith(f"#SBATCH --{option}")]
-
-
 def test_after_makes_the_job_wait_for_the_runs_as_a_slurm_dependency(
     hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = _fake_sbatch(monkeypatch)
+    scripts = fake_sbatch(monkeypatch)
     first = api.submit(JOB, "local", backend="slurm")
     second = api.submit(JOB, "local", backend="slurm")
     evaluate = api.submit(JOB, "local", backend="slurm", after=[first, second], after_kind="afterany")
-    assert _directive(scripts[0], "dependency") == []
-    assert _directive(scripts[2], "dependency") == ["#SBATCH --dependency=afterany:4242:4243"]
+    assert directive(scripts[0], "dependency") == []
+    assert directive(scripts[2], "dependency") == ["#SBATCH --dependency=afterany:4242:4243"]
     assert evaluate.job_id == "4244" and api.find_run("4244").run_id == evaluate.run_id
 
 
 def test_after_adds_to_the_dependency_the_spec_sets_and_is_afterok_by_default(
     hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = _fake_sbatch(monkeypatch)
+    scripts = fake_sbatch(monkeypatch)
     api.submit(JOB, "local", ["dependency=afterany:17"], backend="slurm", after=["12"])
-    assert _directive(scripts[0], "dependency") == ["#SBATCH --dependency=afterany:17,afterok:12"]
+    assert directive(scripts[0], "dependency") == ["#SBATCH --dependency=afterany:17,afterok:12"]
 
 
 @pytest.mark.parametrize(
@@ -88,7 +73,7 @@ def test_after_adds_to_the_dependency_the_spec_sets_and_is_afterok_by_default(
 def test_a_job_that_cannot_be_waited_for_is_refused_before_anything_is_written(
     after: list[str], kind: str, why: str, hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    scripts = _fake_sbatch(monkeypatch)
+    scripts = fake_sbatch(monkeypatch)
     with pytest.raises(InputError, match=why):
         api.submit(JOB, "local", backend="slurm", after=after, after_kind=kind)  # type: ignore[arg-type]
     assert scripts == [] and not (hpctrain_home / "runs").exists()

@@ -46,7 +46,7 @@ def wait_for(
             view.update(statuses)
 
     try:
-        final = api.wait_all(runs, progress=on_poll, interval=interval)
+        final = api.wait_all(runs, progress=on_poll, interval=interval, goodput=quiet)  # quiet: --json
         if view is not None:
             view.close()
             print(time.strftime("%H:%M:%S"))

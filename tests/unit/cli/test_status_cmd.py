@@ -260,3 +260,25 @@ def test_a_long_reason_is_cut_at_a_word_and_kept_whole_in_json_and_record(home: 
     assert cell.endswith("…") and reason.startswith(cell[:-1]) and reason[len(cell) - 1] == " ", cell
     assert json.loads(status("--json").stdout)[0]["reason"] == reason
     assert json.loads(run.record.read_text())["reason"] == reason
+
+
+def test_the_goodput_split_is_read_only_where_it_is_shown(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hpctrain.rundir import goodput
+    from hpctrain.runs import status as status_model
+
+    done = track(home, "700", "COMPLETED")
+    done.append_metric(metric_line("train", step=5, steps=5, loss=0.5))
+    read: list[Path] = []
+
+    def counted(run: RunDir, *args: float | None) -> goodput.GoodputSplit | None:
+        read.append(run.root)
+        return goodput.split(run, *args)
+
+    monkeypatch.setattr(status_model, "split", counted)
+    for shown_without in (["700"], ["700", "--watch"], []):
+        assert status(*shown_without).code == 0 and read == [], shown_without
+    for shown_with in (["700", "--json"], ["700", "--watch", "--json"]):
+        assert status(*shown_with).code == 0 and read == [done.root], shown_with
+        read.clear()

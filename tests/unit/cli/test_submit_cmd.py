@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from tests.conftest import JOBS
+from tests.unit.fake_sbatch import directive, fake_sbatch
 from tests.unit.tracked_runs import cli
 
 JOB = str(JOBS / "digits-ddp.yaml")
@@ -16,18 +16,7 @@ JOB = str(JOBS / "digits-ddp.yaml")
 
 @pytest.fixture
 def sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    scripts: list[Path] = []
-
-    def submit(self: SlurmCliBackend, script: Path, run_dir: Path, batch: object = None) -> str:
-        scripts.append(script)
-        return str(500 + len(scripts))
-
-    monkeypatch.setattr(SlurmCliBackend, "submit", submit)
-    return scripts
-
-
-def dependency(script: Path) -> list[str]:
-    return [line for line in script.read_text().splitlines() if line.startswith("#SBATCH --dependency")]
+    return fake_sbatch(monkeypatch)
 
 
 def test_after_names_a_tracked_run_by_its_run_id_or_an_untracked_job_by_its_id(
@@ -41,7 +30,7 @@ def test_after_names_a_tracked_run_by_its_run_id_or_an_untracked_job_by_its_id(
         "--after-kind", "afternotok",
     )  # fmt: skip
     assert second.code == 0, second.stderr
-    assert dependency(sbatch[1]) == ["#SBATCH --dependency=afternotok:501:77"]
+    assert directive(sbatch[1], "dependency") == ["#SBATCH --dependency=afternotok:4242:77"]
 
 
 def test_after_a_job_that_is_no_slurm_job_is_one_line_and_submits_nothing(

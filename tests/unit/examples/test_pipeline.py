@@ -9,6 +9,7 @@ import pytest
 import hpctrain
 from hpctrain.examples import pipeline
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from tests.unit.fake_sbatch import directive, fake_sbatch
 
 
 def test_the_job_built_in_python_validates_and_renders_for_the_local_site() -> None:
@@ -18,18 +19,13 @@ def test_the_job_built_in_python_validates_and_renders_for_the_local_site() -> N
 
 
 def test_each_stage_waits_for_the_one_before(hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    scripts: list[str] = []
-
-    def submit(self: SlurmCliBackend, script: Path, run_dir: Path, batch: object = None) -> str:
-        scripts.append(script.read_text())
-        return str(100 + len(scripts))
+    scripts = fake_sbatch(monkeypatch)
 
     def wait(self: hpctrain.Run, timeout: float | None = None, progress: object = None) -> object:
         raise hpctrain.WaitTimeout("stop here")
 
-    monkeypatch.setattr(SlurmCliBackend, "submit", submit)
     monkeypatch.setattr(SlurmCliBackend, "cancel", lambda self, ids: None)
     monkeypatch.setattr(hpctrain.Run, "wait", wait)
     assert pipeline.main(["--site", "local", "--backend", "slurm", "--steps", "30"]) == 1
-    dependencies = [[line for line in s.splitlines() if "--dependency" in line] for s in scripts]
-    assert dependencies == [[], ["#SBATCH --dependency=afterok:101"], ["#SBATCH --dependency=afterok:102"]]
+    dependencies = [directive(script, "dependency") for script in scripts]
+    assert dependencies == [[], ["#SBATCH --dependency=afterok:4242"], ["#SBATCH --dependency=afterok:4243"]]

@@ -7,12 +7,14 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
 
 from hpctrain.runtime.memory_checkpoint import Copy, auto_interval, choose, peer_of, private_folder
+from tests import tmpfs
 
 HOSTS = ["n1", "n1", "n2", "n2"]
 
@@ -75,15 +77,27 @@ def test_a_memory_folder_open_to_others_is_refused(tmp_path: Path) -> None:
     assert not private_folder(tmp_path / "link")
 
 
-def run_world(tmp_path: Path, run_dir: Path, what: str) -> None:
+def run_world(
+    tmp_path: Path, run_dir: Path, what: str, *extra: str, memory: list[Path] | None = None
+) -> None:
+    """The 4 ranks of _memory_ranks.py; `memory`: each rank's HPCTRAIN_MEMORY_DIR (default tmp_path/shm)."""
     store = tmp_path / f"store-{what}"
-    env = {**os.environ, "HPCTRAIN_MEMORY_DIR": str(tmp_path / "shm"), "OMP_NUM_THREADS": "1"}
+    folders = memory or [tmp_path / "shm"] * 4
     helper = Path(__file__).with_name("_memory_ranks.py")
+    command = [sys.executable, str(helper), str(run_dir), str(store)]
     ranks = [
-        subprocess.Popen([sys.executable, str(helper), str(run_dir), str(store), str(rank), what], env=env)
+        subprocess.Popen(
+            [*command, str(rank), what, *extra],
+            env={**os.environ, "HPCTRAIN_MEMORY_DIR": str(folders[rank]), "OMP_NUM_THREADS": "1"},
+        )
         for rank in range(4)
     ]
-    assert [proc.wait(timeout=240) for proc in ranks] == [0, 0, 0, 0]
+    try:
+        assert [proc.wait(timeout=240) for proc in ranks] == [0, 0, 0, 0]
+    finally:
+        for proc in ranks:
+            if proc.poll() is None:
+                proc.kill()
 
 
 @pytest.mark.timeout(600)
@@ -139,3 +153,39 @@ def test_run_folders_no_save_touched_for_hours_are_removed_and_the_current_one_k
         os.utime(path, (old, old))
     assert remove_stale(tmp_path, keep=current, now=now) == [stale]
     assert current.is_dir() and recent.is_dir() and not stale.exists()
+
+
+@pytest.fixture
+def small_tmpfs(tmp_path: Path) -> Iterator[Path]:
+    """A 64 KiB RAM file system: a memory folder that fills up."""
+    with tmpfs.small_tmpfs(tmp_path / "shm", "64k") as folder:
+        yield folder
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("full", [["n1", "n2"], ["n1"]], ids=["every-node-full", "one-node-full"])
+def test_a_full_memory_folder_warns_once_leaves_no_partial_copy_and_training_goes_on(
+    tmp_path: Path, small_tmpfs: Path, full: list[str]
+) -> None:
+    run_dir, roomy = tmp_path / "run", tmp_path / "roomy"
+    run_dir.mkdir()
+    roomy.mkdir()
+    memory = [small_tmpfs if host in full else roomy for host in HOSTS]
+    run_world(tmp_path, run_dir, "save", "256", memory=memory)  # each copy about 800 KiB: none fits
+    for rank, host in enumerate(HOSTS):
+        saved = torch.load(run_dir / f"saved-{rank}.pt", weights_only=False)
+        stored = [fields["step"] for event, fields in saved["events"] if event == "memory_checkpoint"]
+        if host in full:
+            [warning] = saved["warnings"]
+            assert "memory checkpoints not stored" in warning and "No space left on device" in warning
+            assert stored == []
+        else:
+            assert (saved["warnings"], stored) == ([], [7, 8])
+    assert [p.name for p in small_tmpfs.rglob("*") if p.is_file()] == []  # no half-written copy left
+    run_world(tmp_path, run_dir, "restore", "256", memory=memory)
+    got = [torch.load(run_dir / f"restored-{r}.pt", weights_only=False) for r in range(4)]
+    [restored] = [fields for event, fields in got[0]["events"] if event == "restored"]
+    if full == ["n1", "n2"]:  # nothing in memory: the disk checkpoint serves
+        assert [g["step"] for g in got] == [3] * 4 and restored["source"] == "disk"
+    else:  # n2 kept every rank's copy (n1's were sent to it)
+        assert [g["step"] for g in got] == [8] * 4 and restored["source"] == "peer_memory"

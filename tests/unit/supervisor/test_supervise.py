@@ -157,15 +157,21 @@ def test_a_killed_rank_that_reported_first_is_not_silent() -> None:
     assert "rank 1 on node1: RuntimeError" in line.reason
 
 
-def test_the_task_errors_of_an_attempt_are_those_after_its_line(tmp_path: Path) -> None:
-    run = RunDir(tmp_path)
+def with_batch_log(folder: Path, *lines: str) -> RunDir:
+    run = RunDir(folder)
     run.logs.mkdir(parents=True)
-    (run.logs / "batch.log").write_text(
-        "hpctrain: attempt 3 on node1,node2, rendezvous node1:1\n"
-        "srun: error: node2: task 2: Killed\n"
-        "hpctrain: attempt 3 ended: rank_failure\n"
-        "hpctrain: attempt 4 on node1, rendezvous node1:2\n"
-        "srun: error: node1: tasks 0-1: Terminated\n"
+    (run.logs / "batch.log").write_text("".join(f"{line}\n" for line in lines))
+    return run
+
+
+def test_the_task_errors_of_an_attempt_are_those_after_its_line(tmp_path: Path) -> None:
+    run = with_batch_log(
+        tmp_path,
+        "hpctrain: attempt 3 on node1,node2, rendezvous node1:1",
+        "srun: error: node2: task 2: Killed",
+        "hpctrain: attempt 3 ended: rank_failure",
+        "hpctrain: attempt 4 on node1, rendezvous node1:2",
+        "srun: error: node1: tasks 0-1: Terminated",
     )
     assert attempt_task_errors(run, attempt_on(4, "node1")) == [
         FailedTask("0", "node1", "Terminated"),
@@ -183,13 +189,12 @@ def attempt_on(attempt: int, *nodes: str, per_node: int = 2) -> AttemptLine:
 
 def test_the_tasks_of_a_warm_attempt_are_named_by_global_rank(tmp_path: Path) -> None:
     # A warm attempt runs one step per node: srun counts each node's tasks from 0.
-    run = RunDir(tmp_path)
-    run.logs.mkdir(parents=True)
-    (run.logs / "batch.log").write_text(
-        "hpctrain: attempt 2 on node3,node1, rendezvous node3:1\n"
-        "hpctrain: attempt 2 runs in the warm standby steps\n"
-        "srun: error: node1: task 1: Killed\n"
-        "srun: error: node3: tasks 0-1: Terminated\n"
+    run = with_batch_log(
+        tmp_path,
+        "hpctrain: attempt 2 on node3,node1, rendezvous node3:1",
+        "hpctrain: attempt 2 runs in the warm standby steps",
+        "srun: error: node1: task 1: Killed",
+        "srun: error: node3: tasks 0-1: Terminated",
     )
     found = attempt_task_errors(run, attempt_on(2, "node3", "node1"))
     assert found == [

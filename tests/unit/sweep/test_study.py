@@ -8,10 +8,12 @@ import msgspec
 import pytest
 
 from hpctrain import rundir, spec
+from hpctrain.errors import HpctrainError
 from hpctrain.rundir import names
 from hpctrain.spec.sweep import Range
 from hpctrain.sweep import plan, study
 from hpctrain.sweep.status import TrialStatus
+from tests import tmpfs
 from tests.conftest import JOBS
 
 optuna = pytest.importorskip("optuna", reason="sweep.sampler optuna needs the `sweep` extra (optuna)")
@@ -212,3 +214,27 @@ def test_eval_lines_are_reported_once_over_several_polls(tmp_path: Path) -> None
             )
     (still,) = study._in_flight(one)
     assert still.intermediate_values == {10: 0.2}
+
+
+def test_a_full_disk_stops_the_study_with_one_line_naming_its_journal_and_loses_no_record(
+    tmp_path: Path,
+) -> None:
+    chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=1000, seed=5)
+    with tmpfs.small_tmpfs(tmp_path / "sweep-1", "16k") as root:
+        one = study.open_study(root, chosen)
+        told = []
+        with pytest.raises(HpctrainError) as caught:
+            while True:  # until a record does not fit; some records are cut off by the full disk
+                trial = one.ask(study.distributions(chosen))
+                one.tell(trial, 0.5)
+                told.append(trial.params)
+        message = str(caught.value)
+        assert message.startswith(f"{root / names.STUDY_JOURNAL}: the sweep's study cannot record (No space")
+        assert message.endswith("run `hpctrain sweep resume sweep-1`") and "\n" not in message
+        assert (root / names.STUDY_JOURNAL).read_bytes().endswith(b"\n")
+        tmpfs.resize(root, "64k")  # room again: the study carries on, every told trial in it
+        again = study.open_study(root, chosen)
+        trial = again.ask(study.distributions(chosen))
+        again.tell(trial, 0.25)
+        complete = again.get_trials(states=(optuna.trial.TrialState.COMPLETE,))
+        assert [t.params for t in complete] == [*told, trial.params]
