@@ -398,12 +398,19 @@ class PyslurmBackend(Backend):
         return SlurmCliBackend().limits()
 
     def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
-        from hpctrain.scheduler.slurm.nodes import held_release
+        from hpctrain.scheduler.slurm.nodes import held_release, scontrol_release
 
         released = []
         for run, info in held:
             changes = held_release(run, info, lambda job_id=info.job_id: self._held(job_id), self._dead)
             if changes is None:
+                continue
+            if changes["required"] == []:
+                # Dropping a pin takes an empty ReqNodeList (slurm_update_job reads NULL as "no
+                # change"), and pyslurm sends an empty list or "" as NULL: the pin would stay beside
+                # the new exclusion and the job never start (BadConstraints). scontrol sends "".
+                scontrol_release(info.job_id, changes)
+                released.append(info.job_id)
                 continue
             description = self.pyslurm.JobSubmitDescription(begin_time="now")
             if changes["excluded"] is not None:
