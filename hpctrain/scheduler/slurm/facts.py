@@ -146,6 +146,26 @@ def tested_release(version_text: str) -> tuple[str | None, str | None]:
     return release, TESTED_SLURM.get(release)
 
 
+EXPEDITED_REQUEUE_SINCE = (25, 5)
+"""The first Slurm release with `sbatch --requeue=expedite`."""
+
+
+def expedited_requeue(config: dict[str, str]) -> bool:
+    """Whether jobs may ask for `--requeue=expedite` on this cluster (`scontrol show config`).
+
+    After a node failure such a job is eligible at once and first in the queue (no requeue delay,
+    no wait for a `hpctrain status` poll to release it). slurmctld refuses the submission unless
+    SlurmctldParameters has enable_expedited_requeue, so the release alone does not decide.
+    """
+    version = major_minor(config.get("SLURM_VERSION", ""))
+    parameters = config.get("SlurmctldParameters", "").split(",")
+    return (
+        version is not None
+        and version >= EXPEDITED_REQUEUE_SINCE
+        and "enable_expedited_requeue" in parameters
+    )
+
+
 def parse_config(text: str) -> dict[str, str]:
     """`scontrol show config`: `Key = value` lines."""
     config = {}
