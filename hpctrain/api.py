@@ -671,7 +671,8 @@ def doctor(
     profile = spec.load_site(locate(str(site)))
     name, _ = profile.partition(partition)
     facts = ClusterFacts.read()
-    findings = checks.accounting_findings(facts) + checks.node_findings(profile, facts)
+    findings = [*checks.accounting_findings(facts), checks.requeue_finding(profile, facts)]
+    findings += checks.node_findings(profile, facts)
     findings += checks.container_findings(profile, containers.detect(facts))
     if job and name in facts.partitions:
         nodes = checks.healthy_nodes(findings, facts.partition_nodes(name))

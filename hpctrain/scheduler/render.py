@@ -118,6 +118,13 @@ BatchOptions = list[list[Directive]]
 the first component also carries the options of the whole job."""
 
 
+def expedited(resolved: Resolved) -> bool:
+    """Whether the job asks for --requeue=expedite (site.expedited_requeue): requeued, and not
+    pinned to nodes (an expediting job's pin to a lost node could not be dropped)."""
+    job = resolved.job
+    return resolved.preemption.requeue and resolved.site.expedited_requeue and not job.resources.nodelist
+
+
 def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> BatchOptions:
     """What the job asks of Slurm, as data: the template prints it, backends submit it."""
     job, site = resolved.job, resolved.site
@@ -141,7 +148,7 @@ def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> B
         open_mode="append",
         time=res.time,
         signal=f"B:{preemption.signal}@{preemption.lead_time}",
-        requeue=preemption.requeue,
+        requeue="expedite" if expedited(resolved) else preemption.requeue,
         no_requeue=not preemption.requeue,
         # A lost node that does not run the batch script must not end the job: the supervisor
         # restarts the training step on the nodes left (Slurm drops the dead one at SlurmdTimeout).
@@ -311,6 +318,7 @@ def context(
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
+        "expedited_requeue": expedited(resolved),
         "container": container_launch(
             job.container, slurm_directive_path(run_dir), bool(job.resources.gpus_per_node)
         ),

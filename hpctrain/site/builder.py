@@ -9,6 +9,7 @@ from hpctrain.errors import BackendError, HpctrainError
 from hpctrain.scheduler.slurm.facts import (
     ClusterFacts,
     command,
+    expedited_requeue,
     is_number,
     memory_text_mb,
     parse_gres,
@@ -169,6 +170,9 @@ def build_site(
         notes += [f"Container runtime {runtime}: {evidence}." for runtime, evidence in runtimes.items()]
     if facts.config.get("JobRequeue", "1") == "1":
         data["preemption"] = {"signal": "USR1", "lead_time": 60, "requeue": True}
+    if expedited_requeue(facts.config):
+        data["expedited_requeue"] = True
+        notes.append("Expedited requeue: the cluster takes --requeue=expedite (enable_expedited_requeue).")
     version = facts.config.get("SLURM_VERSION", "?")
     notes = [
         f"Slurm {version}; MaxArraySize {facts.config.get('MaxArraySize', '?')}; "

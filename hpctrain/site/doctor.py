@@ -20,6 +20,7 @@ from hpctrain.scheduler.slurm.facts import (
     TESTED_SLURM,
     ClusterFacts,
     accounting_problem,
+    expedited_requeue,
     is_number,
     memory_text_mb,
     parse_gres,
@@ -141,6 +142,19 @@ def version_finding(facts: ClusterFacts) -> Finding:
     untested = f"not tested on it (tested: {', '.join(TESTED_SLURM)})"
     detail = f"tested on {release} ({tested})" if tested else untested
     return Finding("cluster", "slurm", "PASS" if tested else "WARN", f"Slurm {version}; hpctrain {detail}")
+
+
+def requeue_finding(site: Site, facts: ClusterFacts) -> Finding:
+    """Whether the profile's expedited_requeue matches what the cluster takes: asked for where the
+    cluster refuses it, every submission fails."""
+    takes = expedited_requeue(facts.config)
+    if site.expedited_requeue and not takes:
+        detail = "expedited_requeue is set, but the cluster refuses --requeue=expedite: set it false"
+        return Finding("cluster", "requeue", "FAIL", detail)
+    if takes and not site.expedited_requeue:
+        detail = "the cluster takes --requeue=expedite: set expedited_requeue: true to use it"
+        return Finding("cluster", "requeue", "WARN", detail)
+    return Finding("cluster", "requeue", "PASS", "expedited" if takes else "plain (Slurm's requeue hold)")
 
 
 def accounting_findings(facts: ClusterFacts) -> list[Finding]:

@@ -94,6 +94,12 @@ class Site(Base):
     container_runtimes: list[ContainerRuntime] = []
     """Container runtimes the cluster has (pyxis, oci, apptainer); `hpctrain init-site` and `doctor` detect
     them. A job's container.runtime must be one of them."""
+    expedited_requeue: bool = False
+    """Submit with --requeue=expedite (Slurm 25.05+ with SlurmctldParameters=enable_expedited_requeue;
+    `hpctrain init-site` sets it where the cluster takes it, `doctor` checks it): after the node running
+    the batch script is lost, the job is eligible again at once and first in the queue, without Slurm's
+    requeue hold or a `hpctrain status` poll to release it. A job pinned with resources.nodelist keeps
+    the plain requeue (slurmctld refuses to drop the pin of an expediting job)."""
     share_with_group: Annotated[str, Meta(pattern=NAME)] | None = None
     """Unix group that may read this site's run directories (dirs 2750, files 0640, given to the group);
     default: none, every run directory is private to you (dirs 0700, files 0600). See docs/security.md."""

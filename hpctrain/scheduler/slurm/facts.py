@@ -146,6 +146,29 @@ def tested_release(version_text: str) -> tuple[str | None, str | None]:
     return release, TESTED_SLURM.get(release)
 
 
+EXPEDITED_REQUEUE_SINCE = (25, 5)
+"""The first Slurm release with `sbatch --requeue=expedite`."""
+
+
+def expedited_requeue(config: dict[str, str]) -> bool:
+    """Whether jobs may ask for `--requeue=expedite` on this cluster (`scontrol show config`).
+
+    After a node failure such a job is eligible at once and first in the queue (state EXPEDITING
+    until it runs), without the requeue delay or a `hpctrain status` poll to release it. slurmctld
+    refuses the submission unless SlurmctldParameters has enable_expedited_requeue, so the release
+    alone does not decide. Two more effects: a batch script that exits non-zero is requeued and held
+    (REQUEUE_HOLD, seen on 25.11) unless it set `Requeue=0` first, and slurmctld refuses a user's
+    `scontrol update` of an expediting job, so a --nodelist pin to the lost node stays.
+    """
+    version = major_minor(config.get("SLURM_VERSION", ""))
+    parameters = config.get("SlurmctldParameters", "").split(",")
+    return (
+        version is not None
+        and version >= EXPEDITED_REQUEUE_SINCE
+        and "enable_expedited_requeue" in parameters
+    )
+
+
 def parse_config(text: str) -> dict[str, str]:
     """`scontrol show config`: `Key = value` lines."""
     config = {}

@@ -190,13 +190,19 @@ def release_requeued(run: RunDir, info: JobInfo) -> bool:
     changes = held_release(run, info, held, down_nodes)
     if changes is None:
         return False
-    update = ["scontrol", "update", f"jobid={info.job_id}", "StartTime=now"]
+    scontrol_release(info.job_id, changes)
+    return True
+
+
+def scontrol_release(job_id: str, changes: dict[str, list[str] | None]) -> None:
+    """Start a held job now with `scontrol update`, changing the node lists held_release named;
+    an empty list is sent as `ReqNodeList=` (empty), which drops the pin."""
+    update = ["scontrol", "update", f"jobid={job_id}", "StartTime=now"]
     if changes["excluded"] is not None:
         update.append("ExcNodeList=" + ",".join(changes["excluded"]))
     if changes["required"] is not None:
         update.append("ReqNodeList=" + ",".join(changes["required"]))
     quiet(update)
-    return True
 
 
 def cancel_job(job_id: str) -> None:

@@ -148,8 +148,19 @@ def _signal(value: str) -> dict[str, Any]:
     return out
 
 
+EXPEDITE = "expedite"
+"""`--requeue=expedite` (Slurm 25.05+): the one option value that pyslurm cannot send."""
+
+
 def _boolean(value: str) -> bool:
     return value.lower() in ("yes", "true", "1")
+
+
+def _requeue(value: str) -> bool:
+    if value.lower() == EXPEDITE:
+        # pyslurm 25.11 sets no EXPEDITED_REQUEUE flag: read as a boolean it would turn requeue off.
+        raise ValueError("pyslurm cannot ask for an expedited requeue; sbatch submits such a job")
+    return _boolean(value)
 
 
 OPTIONS: dict[str, Option] = {
@@ -160,7 +171,7 @@ OPTIONS: dict[str, Option] = {
     "time": Option("time_limit", time_minutes),
     "time-min": Option("time_limit_min", time_minutes),
     "signal": Option("signal", _signal),
-    "requeue": Option("is_requeueable", _boolean, flag=True),
+    "requeue": Option("is_requeueable", _requeue, flag=True),
     "no-requeue": Option("is_requeueable", _boolean, flag=False),
     "no-kill": Option("kill_on_node_fail", _boolean, flag=False),
     "account": Option("account"),
@@ -190,6 +201,15 @@ OPTIONS: dict[str, Option] = {
     "chdir": Option("working_directory"),
     "comment": Option("comment"),
 }
+
+
+def sbatch_only(batch: BatchOptions) -> str | None:
+    """Why sbatch, not pyslurm, must submit this job (which pyslurm 25.11 cannot express), or None."""
+    if len(batch) > 1:
+        return "a heterogeneous job (pyslurm binds no slurm_submit_batch_het_job)"
+    if any(d.option == "requeue" and (d.value or "").lower() == EXPEDITE for d in batch[0]):
+        return "--requeue=expedite (pyslurm sets no EXPEDITED_REQUEUE flag)"
+    return None
 
 
 def unsupported_options(batch: BatchOptions) -> list[str]:
@@ -326,9 +346,9 @@ class PyslurmBackend(Backend):
                 f"the pyslurm backend submits scripts rendered by hpctrain (with their options as data), "
                 f"not {script}; submit it with the command-line backend (sbatch)"
             )
-        if len(batch) > 1:
-            # pyslurm binds no slurm_submit_batch_het_job: sbatch submits a hetjob (reading the
-            # script's own #SBATCH lines); polls and cancels of it stay on pyslurm.
+        if sbatch_only(batch):
+            # sbatch submits what pyslurm cannot express (reading the script's own #SBATCH lines);
+            # polls and cancels of the job stay on pyslurm.
             from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
             return SlurmCliBackend().submit(script, run_dir, batch)
@@ -398,12 +418,19 @@ class PyslurmBackend(Backend):
         return SlurmCliBackend().limits()
 
     def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
-        from hpctrain.scheduler.slurm.nodes import held_release
+        from hpctrain.scheduler.slurm.nodes import held_release, scontrol_release
 
         released = []
         for run, info in held:
             changes = held_release(run, info, lambda job_id=info.job_id: self._held(job_id), self._dead)
             if changes is None:
+                continue
+            if changes["required"] == []:
+                # Dropping a pin takes an empty ReqNodeList (slurm_update_job reads NULL as "no
+                # change"), and pyslurm sends an empty list or "" as NULL: the pin would stay beside
+                # the new exclusion and the job never start (BadConstraints). scontrol sends "".
+                scontrol_release(info.job_id, changes)
+                released.append(info.job_id)
                 continue
             description = self.pyslurm.JobSubmitDescription(begin_time="now")
             if changes["excluded"] is not None:

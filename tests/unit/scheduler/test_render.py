@@ -6,6 +6,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from hpctrain import spec
@@ -156,3 +157,23 @@ def test_the_jobs_python_wins_over_the_sites_and_the_submitting_one(tmp_path: Pa
         "PYTHON=/opt/venvs/train/bin/python\n" in script or "PYTHON='/opt/venvs/train/bin/python'\n" in script
     )
     assert "cannot import hpctrain" in script
+
+
+@pytest.mark.parametrize(
+    ("overrides", "expedite"),
+    [([], True), (["resources.nodelist=[node1]"], False), (["preemption.requeue=false"], False)],
+)
+def test_a_site_with_expedited_requeue_asks_for_it_and_a_failed_script_ends_unrequeued(
+    overrides: list[str], expedite: bool, tmp_path: Path
+) -> None:
+    site = msgspec.structs.replace(spec.load_site(SITES / "local.yaml"), expedited_requeue=True)
+    job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
+    script = render(spec.resolve(job, site), tmp_path / "run")
+    assert ("#SBATCH --requeue=expedite" in script) is expedite
+    # Without the guard an expedited job whose script fails would be requeued and held for good.
+    assert ("trap end_without_requeue EXIT" in script) is expedite
+    if expedite:
+        assert 'scontrol update jobid="$HPCTRAIN_JOB_REF" Requeue=0' in script
+    shellcheck(script, tmp_path)
+    plain = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
+    assert "--requeue=expedite" not in plain and "end_without_requeue" not in plain

@@ -21,12 +21,28 @@ PARTITIONS = (
 )
 
 
-def built() -> tuple[Site, list[str]]:
+def built(config: dict[str, str] | None = None) -> tuple[Site, list[str]]:
     facts = sf.ClusterFacts(
-        sf.parse_records(PARTITIONS, "PartitionName"), sf.parse_records(NODES, "NodeName"), {}
+        sf.parse_records(PARTITIONS, "PartitionName"), sf.parse_records(NODES, "NodeName"), config or {}
     )
     data, notes = build_site("made", facts, None)
     return decode(Site, data, "test"), notes
+
+
+@pytest.mark.parametrize(
+    ("version", "parameters", "expedited"),
+    [
+        ("25.11.7", "enable_expedited_requeue", True),
+        ("26.05.5", "enable_stepmgr,enable_expedited_requeue", True),
+        ("25.11.7", "enable_stepmgr", False),  # the cluster refuses it unless its admin allows it
+        ("24.11.5", "enable_expedited_requeue", False),  # before 25.05 there is no such requeue
+    ],
+)
+def test_the_profile_asks_for_expedited_requeues_where_the_cluster_takes_them(
+    version: str, parameters: str, expedited: bool
+) -> None:
+    site, _ = built({"SLURM_VERSION": version, "SlurmctldParameters": parameters})
+    assert site.expedited_requeue is expedited
 
 
 def test_node_names_are_written_so_an_unknown_excluded_node_is_refused() -> None:

@@ -91,3 +91,21 @@ def test_a_version_is_tested_by_its_release(version: str, release: str | None, t
     found, date = sf.tested_release(version)
     assert found == release
     assert (date is not None) is tested
+
+
+@pytest.mark.parametrize(
+    ("version", "parameters", "expected"),
+    [
+        ("25.11.7", "enable_expedited_requeue", True),
+        ("25.05.0", "idle_on_node_suspend,enable_expedited_requeue", True),
+        ("26.05.5", "enable_expedited_requeue_later", False),
+        ("25.11.7", "(null)", False),  # the release has it, the site has not enabled it: sbatch is refused
+        ("24.11.5", "enable_expedited_requeue", False),  # before 25.05 there is no such option
+        ("", "enable_expedited_requeue", False),
+    ],
+)
+def test_expedited_requeue_needs_the_release_and_the_sites_parameter(
+    version: str, parameters: str, expected: bool
+) -> None:
+    text = f"SLURM_VERSION           = {version}\nSlurmctldParameters     = {parameters}\n"
+    assert sf.expedited_requeue(sf.parse_config(text)) is expected

@@ -62,6 +62,7 @@ def test_the_cli_backend_waits_for_the_requeue_to_settle_and_drops_a_dead_pin(
 
 class FakeJob:
     modified: list[tuple[int, Any]] = []
+    required_nodes: str | None = None
 
     def __init__(self, job_id: int) -> None:
         self.job_id = job_id
@@ -72,27 +73,51 @@ class FakeJob:
             submit_time=time.time() - 30,
             start_time=time.time() + 90,
             excluded_nodes=None,
-            required_nodes="node2",
+            required_nodes=FakeJob.required_nodes,
         )
 
     def modify(self, description: Any) -> None:
         FakeJob.modified.append((self.job_id, description))
 
 
-def test_the_pyslurm_backend_releases_through_the_api_with_the_same_rule(tmp_path: Path) -> None:
-    run = RunDir(tmp_path)
-    lost_attempt(run)
+def pyslurm_backend() -> PyslurmBackend:
     module = SimpleNamespace(
         Job=FakeJob,
         Nodes=SimpleNamespace(load=lambda: {"node2": SimpleNamespace(state="DOWN+NOT_RESPONDING")}),
         JobSubmitDescription=lambda **fields: SimpleNamespace(**fields),
     )
-    backend = PyslurmBackend(module)  # type: ignore[arg-type]
+    return PyslurmBackend(module)  # type: ignore[arg-type]
+
+
+def test_the_pyslurm_backend_releases_through_the_api_with_the_same_rule(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = RunDir(tmp_path)
+    lost_attempt(run)
+    monkeypatch.setattr(FakeJob, "required_nodes", None)
+    monkeypatch.setattr(FakeJob, "modified", [])
+    backend = pyslurm_backend()
     assert backend.release_held([(run, held(reason="Priority"))]) == []
     assert backend.release_held([(run, held())]) == ["7"]
-    job_id, description = FakeJob.modified[-1]
+    [(job_id, description)] = FakeJob.modified
     assert job_id == 7 and description.begin_time == "now"
-    assert description.excluded_nodes == ["node2"] and description.required_nodes == []
+    assert description.excluded_nodes == ["node2"] and not hasattr(description, "required_nodes")
+
+
+def test_the_pyslurm_backend_drops_a_dead_pin_through_scontrol(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyslurm sends an empty required_nodes as NULL, which slurmctld reads as "unchanged": on Slurm
+    25.11 the job stayed pinned to the dead node2 and excluded from it (Reason=BadConstraints)."""
+    run = RunDir(tmp_path)
+    lost_attempt(run)
+    monkeypatch.setattr(FakeJob, "required_nodes", "node2")
+    monkeypatch.setattr(FakeJob, "modified", [])
+    sent: list[list[str]] = []
+    monkeypatch.setattr(slurm_nodes, "quiet", lambda argv, timeout=30.0: sent.append(argv) or "")
+    assert pyslurm_backend().release_held([(run, held())]) == ["7"]
+    assert FakeJob.modified == []
+    assert sent == [["scontrol", "update", "jobid=7", "StartTime=now", "ExcNodeList=node2", "ReqNodeList="]]
 
 
 def test_the_local_backend_holds_nothing(tmp_path: Path) -> None:

@@ -98,19 +98,33 @@ def test_untranslatable_options_are_refused_not_dropped(batch: list[list[Directi
         pb.apply_options(SimpleNamespace(), batch)
 
 
-def test_a_hetjob_goes_to_sbatch_since_pyslurm_submits_none(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize(
+    ("batch", "refusal"),
+    [
+        ([[D("job-name", "x")], [D("nodes", "1")]], "heterogeneous"),
+        # pyslurm 25.11 has no expedite flag, and read as a boolean "expedite" turned requeue off.
+        ([[D("job-name", "x"), D("requeue", "expedite")]], "expedited requeue"),
+    ],
+)
+def test_what_pyslurm_cannot_express_goes_to_sbatch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, batch: list[list[Directive]], refusal: str
 ) -> None:
     from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
     sent = []
     monkeypatch.setattr(SlurmCliBackend, "submit", lambda self, *args: sent.append(args) or "42")
     backend = pb.PyslurmBackend(SimpleNamespace())  # type: ignore[arg-type]
-    hetjob = [[D("job-name", "x")], [D("nodes", "1")]]
-    assert backend.submit(tmp_path / "job.sh", tmp_path, hetjob) == "42"
-    assert sent == [(tmp_path / "job.sh", tmp_path, hetjob)]
-    with pytest.raises(BackendError, match="heterogeneous"):
-        pb.apply_options(SimpleNamespace(), hetjob)
+    assert backend.submit(tmp_path / "job.sh", tmp_path, batch) == "42"
+    assert sent == [(tmp_path / "job.sh", tmp_path, batch)]
+    with pytest.raises(BackendError, match=refusal):
+        pb.apply_options(SimpleNamespace(), batch)
+
+
+def test_plain_requeue_stays_on_pyslurm() -> None:
+    description = SimpleNamespace()
+    pb.apply_options(description, [[D("requeue")]])
+    assert description.is_requeueable is True
+    assert pb.sbatch_only([[D("requeue"), D("job-name", "x")]]) is None
 
 
 def test_bad_values_name_the_option() -> None:
