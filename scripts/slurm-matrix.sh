@@ -35,6 +35,7 @@ readonly INTEGRATION_SET=(
 )
 readonly LOST_NODE=(
     tests/integration/test_restarts.py::test_lost_batch_node_resumes_on_the_other_node_bitwise
+    tests/integration/test_restarts.py::test_lost_batch_node_with_expedited_requeue_runs_again_without_a_poll
 )
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }

@@ -22,6 +22,7 @@ import yaml
 
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History
+from hpctrain.scheduler.slurm.facts import ClusterFacts, expedited_requeue
 from tests.conftest import REPO, run_cli
 from tests.integration import faults
 from tests.integration.cluster import require_cluster, run_dir, scontrol_job, wait_state
@@ -63,9 +64,9 @@ def job_file(folder: Path, name: str, train: dict[str, Any], **job: Any) -> Path
     return path
 
 
-def submit(path: Path) -> dict[str, Any]:
+def submit(path: Path, site: str = "local") -> dict[str, Any]:
     """`hpctrain submit` (the test entrypoints import only inside the job: --no-check)."""
-    proc = run_cli("submit", str(path), "--site", "local", "--json", "--no-check")
+    proc = run_cli("submit", str(path), "--site", site, "--json", "--no-check")
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
 
@@ -250,6 +251,54 @@ def test_lost_batch_node_resumes_on_the_other_node_bitwise(hpctrain_home: Path, 
         same_weights(run_dir(reference), run)
     finally:
         subprocess.run(["scancel", job_id, reference["job_id"]], check=False)
+        faults.recover_nodes()
+
+
+def test_lost_batch_node_with_expedited_requeue_runs_again_without_a_poll(
+    hpctrain_home: Path, tmp_path: Path
+) -> None:
+    """Issue 25 item 4: on a cluster that takes --requeue=expedite (Slurm 25.05+ with
+    enable_expedited_requeue), a job whose batch node is lost is requeued and started again by
+    Slurm itself: no 120 s hold, no `hpctrain status` poll to release it (nothing polls here)."""
+    config = ClusterFacts.read().config
+    if not expedited_requeue(config):
+        version = config.get("SLURM_VERSION", "?")
+        pytest.skip(
+            f"Slurm {version} here takes no --requeue=expedite (25.05+ and enable_expedited_requeue): "
+            "scripts/slurm-matrix.sh --slurm 25.11 runs this test"
+        )
+    site = tmp_path / "expedite.yaml"
+    profile = yaml.safe_load((REPO / "site-configs" / "local.yaml").read_text())
+    site.write_text(yaml.safe_dump({**profile, "name": "expedite", "expedited_requeue": True}))
+    train = {"steps": 400, "checkpoint_every": 20, "options": {"delay_s": 0.1}}
+    entry = submit(job_file(tmp_path, "restart-expedite", train), site=str(site))
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
+        assert "Requeue=1" in scontrol_job(job_id)
+        assert wait_for(lambda: any(e["step"] >= 40 for e in events(run, "checkpoint")), timeout=240), logs(
+            run
+        )
+        batch_host = scontrol_job(job_id).split("BatchHost=", 1)[1].split()[0]
+        faults.kill_node(batch_host)
+        killed = time.monotonic()
+
+        def running_elsewhere() -> bool:
+            out = subprocess.run(
+                ["squeue", "-h", "-j", job_id, "-o", "%T %N"], capture_output=True, text=True
+            )
+            state, _, nodes = out.stdout.strip().partition(" ")
+            return state == "RUNNING" and nodes != batch_host
+
+        # Slurm's hold would keep it pending for cred_expire (120 s) after SlurmdTimeout (30 s).
+        assert wait_for(running_elsewhere, timeout=120, interval=0.5), scontrol_job(job_id)
+        again = time.monotonic() - killed
+        print(f"\nbatch node {batch_host} lost: running again on its own after {again:.0f} s")
+        final = wait_state(job_id, set(), timeout=600)
+        assert final["state"] == "COMPLETED", logs(run)
+        assert [outcome for outcome, _ in ends(run)] == ["node_failure", "completed"], ends(run)
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
         faults.recover_nodes()
 
 
