@@ -30,17 +30,11 @@ import time
 from pathlib import Path
 
 from hpctrain.rundir import replace_bytes
-from hpctrain.rundir.names import (
-    STANDBY_GO,
-    STANDBY_GO_NODES,
-    STANDBY_GO_VARIABLES,
-    STANDBY_READY_PREFIX,
-    STANDBY_TAKEN_PREFIX,
-)
+from hpctrain.rundir.names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
+from hpctrain.rundir.standby_go import global_rank, go_nodes, read_go
 from hpctrain.runtime.preflight import PREFLIGHT_DONE
 from hpctrain.spec.slurm_values import signal_name, standby_go_signal
 
-STOP = "stop"
 WARM_MODULES = (
     "torch",
     "torch.distributed",
@@ -62,29 +56,17 @@ def warm_up(modules: tuple[str, ...]) -> None:
             return
 
 
-def read_go(path: Path) -> dict[str, str] | None:
-    """The go file's ``NAME=value`` lines; None when it says stop (or is missing: nothing to run)."""
-    try:
-        text = path.read_text()
-    except OSError:
-        return None
-    if text.strip() == STOP:
-        return None
-    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
-    return {name: value for name, value in pairs if name in STANDBY_GO_VARIABLES}
-
-
 def rank_variables(go: dict[str, str], env: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
     """The Slurm variables of this task as a rank of the attempt: its node's place in the go file's
     node list times the tasks per node, plus its local id. None: its node is not the attempt's."""
     node = env.get("SLURMD_NODENAME", "")
-    nodes = [name for name in go.get(STANDBY_GO_NODES, "").split(",") if name]
+    nodes = go_nodes(go)
     if node not in nodes:
         return None
     per_node = int(env.get("SLURM_STEP_NUM_TASKS") or env.get("SLURM_NTASKS") or "1")
     world = len(nodes) * per_node
     return {
-        "SLURM_PROCID": str(nodes.index(node) * per_node + int(env.get("SLURM_LOCALID", "0"))),
+        "SLURM_PROCID": str(global_rank(nodes, node, per_node, int(env.get("SLURM_LOCALID", "0")))),
         "SLURM_NTASKS": str(world),
         "SLURM_STEP_NUM_TASKS": str(world),
         "SLURM_NODEID": str(nodes.index(node)),

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from hpctrain.rundir.names import STANDBY_GO_NODES
+from hpctrain.rundir.standby_go import go_nodes, read_go
 
 NODE = "@NODE@"  # stands for the node in the srun command line
 STOP_WAIT_S = 4.0  # a step told to stop that is still there after this long is ended
@@ -47,19 +47,6 @@ def node_command(command: Sequence[str], node: str) -> list[str]:
 def exit_status(code: int) -> int:
     """A Popen return code as the shell reports it (killed by signal N: 128 + N)."""
     return 128 - code if code < 0 else code
-
-
-def attempt_nodes_of(go_file: Path) -> set[str]:
-    """The nodes the go file gives the attempt (none: stop, or no go file)."""
-    try:
-        text = go_file.read_text()
-    except OSError:
-        return set()
-    for line in text.splitlines():
-        name, _, value = line.partition("=")
-        if name == STANDBY_GO_NODES:
-            return {node for node in value.split(",") if node}
-    return set()
 
 
 class NodeSteps:
@@ -106,25 +93,24 @@ class NodeSteps:
         """SIGTERM to the steps (srun cancels each), SIGKILL to those still there after TERM_WAIT_S."""
         targets = self.running() if nodes is None else nodes
         self.send(signal.SIGTERM, targets)
-        deadline = time.monotonic() + TERM_WAIT_S
-        while any(node in self.running() for node in targets) and time.monotonic() < deadline:
-            time.sleep(POLL_S)
-            self.reap()
+        self.wait_until(lambda: not any(node in self.running() for node in targets), TERM_WAIT_S)
         self.send(signal.SIGKILL, [node for node in targets if node in self.running()])
 
     def go(self) -> None:
         """Pass the go on; end the steps that should have stopped and have not (a lost node's)."""
         with self.lock:
-            self.attempt = attempt_nodes_of(self.go_file)
+            self.attempt = set(go_nodes(read_go(self.go_file)))
         self.send(self.go_signal)
-        deadline = time.monotonic() + STOP_WAIT_S
-        outside = self._outside()
-        while outside and time.monotonic() < deadline:
+        self.wait_until(lambda: not self._outside(), STOP_WAIT_S)
+        if outside := self._outside():
+            self.end(outside)
+
+    def wait_until(self, done: Callable[[], bool], seconds: float) -> None:
+        """Reap the steps until `done()` or `seconds` have passed."""
+        deadline = time.monotonic() + seconds
+        while not done() and time.monotonic() < deadline:
             time.sleep(POLL_S)
             self.reap()
-            outside = self._outside()
-        if outside:
-            self.end(outside)
 
     def _outside(self) -> list[str]:
         attempt = self.attempt or set()

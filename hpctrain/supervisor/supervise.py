@@ -51,6 +51,7 @@ from hpctrain.rundir.attempts import (
     where_in_training,
 )
 from hpctrain.rundir.ports import job_ports
+from hpctrain.rundir.standby_go import global_rank
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
@@ -340,7 +341,8 @@ def global_ranks(tasks: list[FailedTask], start: AttemptLine) -> list[FailedTask
     renamed = []
     for task in tasks:
         if task.node in nodes and task.rank.isdigit() and per_node:
-            task = FailedTask(str(nodes.index(task.node) * per_node + int(task.rank)), task.node, task.error)
+            rank = global_rank(nodes, task.node, per_node, int(task.rank))
+            task = FailedTask(str(rank), task.node, task.error)
         renamed.append(task)
     return renamed
 

@@ -10,8 +10,6 @@ import sys
 import time
 from pathlib import Path
 
-import pytest
-
 from hpctrain import spec
 from hpctrain.rundir import RunDir
 from hpctrain.runtime import standby
@@ -166,19 +164,6 @@ def test_the_go_signal_differs_from_the_preemption_signal(tmp_path: Path) -> Non
     finally:
         proc.kill()
     assert "HPCTRAIN_ATTEMPT=1" in out.read_text()
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("stop\n", None),
-        ("A=1\nHPCTRAIN_ATTEMPT=2\nMASTER_PORT=3=4\n", {"HPCTRAIN_ATTEMPT": "2", "MASTER_PORT": "3=4"}),
-    ],
-)
-def test_read_go(tmp_path: Path, text: str, expected: dict[str, str] | None) -> None:
-    (tmp_path / "go").write_text(text)
-    assert standby.read_go(tmp_path / "go") == expected
-    assert standby.read_go(tmp_path / "missing") is None
 
 
 def test_slurmd_probe_tells_a_listening_port_from_a_closed_one() -> None:

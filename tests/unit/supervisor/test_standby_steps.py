@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.supervisor import standby_steps
-from hpctrain.supervisor.standby_steps import NODE, NodeSteps, attempt_nodes_of, node_command
+from hpctrain.supervisor.standby_steps import NODE, NodeSteps, node_command
 
 # Stands for one node's srun step: ready at once; on the go signal it reads the go file and, when
 # its node is one of the attempt's, does what its role says (the argument, or its node's entry in a
@@ -88,15 +88,6 @@ def test_the_node_is_put_in_every_word_that_names_it() -> None:
         "--nodelist=n2",
         "--output=x/n2-%t.log",
     ]
-
-
-def test_the_go_files_nodes(tmp_path: Path) -> None:
-    go = tmp_path / "go"
-    assert attempt_nodes_of(go) == set()
-    go.write_text("HPCTRAIN_ATTEMPT=1\nHPCTRAIN_NODES=n1,n3\n")
-    assert attempt_nodes_of(go) == {"n1", "n3"}
-    go.write_text("stop\n")
-    assert attempt_nodes_of(go) == set()
 
 
 def test_the_first_step_of_the_attempt_that_fails_ends_the_others_with_its_status(tmp_path: Path) -> None:
