@@ -75,9 +75,11 @@ def scontrol_job(job_id: str) -> str:
 
 
 def make_eligible(job_id: str) -> None:
-    """A requeued job waits ~120 s (BeginTime) before Slurm runs it again; tests skip the wait."""
+    """A requeued job waits ~120 s (BeginTime) before Slurm runs it again; tests skip most of the wait.
+    Not all of it: a batch script launched in the same second as the requeue's credential revocation
+    is refused ("Job credential revoked") and the job FAILS, so the start is 2 s on."""
     subprocess.run(
-        ["scontrol", "update", f"jobid={job_id}", "starttime=now"], capture_output=True, check=False
+        ["scontrol", "update", f"jobid={job_id}", "starttime=now+2"], capture_output=True, check=False
     )
 
 
