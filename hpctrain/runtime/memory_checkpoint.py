@@ -115,12 +115,8 @@ def choose(
             holders.setdefault(item.rank, []).append(item)
         if at[0].world == len(hosts) and len(holders) == len(hosts):
             origin = list(range(len(hosts)))
-        elif replicated:  # every rank's state is the same: any copy serves, a local one first
-            local = {
-                h: sorted(o for o, cs in holders.items() if any(c.holder_host == h for c in cs))
-                for h in hosts
-            }
-            origin = [local[hosts[r]][0] if local[hosts[r]] else min(holders) for r in range(len(hosts))]
+        elif replicated:  # every rank's state is the same: any copy serves
+            origin = [replica_for(r, hosts, holders, at[0].world == len(hosts)) for r in range(len(hosts))]
         else:
             continue
         holder, peer = [], []
@@ -131,6 +127,17 @@ def choose(
             peer.append(item.holder_host != item.host)
         return Plan(step, tuple(origin), tuple(holder), tuple(peer))
     return None
+
+
+def replica_for(rank: int, hosts: list[str], holders: dict[int, list[Copy]], same_world: bool) -> int:
+    """The saved rank whose copy `rank` loads when any copy serves: its own (same world: it keeps its
+    RNG streams), else one its node saved itself, else one its node holds for another, else any."""
+    node = hosts[rank]
+    local = [o for o in sorted(holders) if any(c.holder_host == node for c in holders[o])]
+    if same_world and rank in local:
+        return rank
+    saved_here = [o for o in local if any(c.holder_host == node == c.host for c in holders[o])]
+    return (saved_here or local or [min(holders)])[0]
 
 
 def run_memory_folder(run_dir: Path) -> Path:

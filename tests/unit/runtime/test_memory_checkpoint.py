@@ -55,6 +55,16 @@ def test_an_incomplete_step_falls_back_to_the_one_before() -> None:
     assert plan is not None and plan.step == 7
 
 
+def test_a_rank_killed_before_its_copy_left_loads_a_copy_its_own_node_saved() -> None:
+    """Rank 1 died in the step-9 save before sending its copy: the step is still whole for a
+    replicated (DDP) job. Rank 1 loads rank 0's copy from n1; ranks 2 and 3 keep their own (and
+    their RNG streams), not the copy of rank 0 that n2 holds for n1."""
+    without_1 = {0: ["n1", "n2"], 2: ["n2", "n1"], 3: ["n2", "n1"]}
+    plan = choose(copies(9, without_1) + copies(7, EVERYWHERE), HOSTS, "ddp", True, newer_than=3)
+    assert plan is not None and plan.step == 9
+    assert plan.origin == (0, 0, 2, 3) and plan.holder == (0, 1, 2, 3) and plan.peer == (False,) * 4
+
+
 def test_memory_not_newer_than_disk_is_not_used() -> None:
     assert choose(copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=7) is None
     assert choose(copies(7, EVERYWHERE), HOSTS, "ddp", False, newer_than=None) is not None
