@@ -224,6 +224,13 @@ def main() -> None:
     parser.add_argument(
         "--hang-timeout", type=float, default=5.0, help="watchdog.hang_timeout: a step this long is a hang."
     )
+    parser.add_argument(
+        "--stopped-timeout",
+        type=float,
+        default=1.5,
+        help="watchdog.stopped_timeout: a trained rank without a tick this long is stopped.",
+    )
+    parser.add_argument("--heartbeat-interval", type=float, default=0.5, help="watchdog.heartbeat_interval.")
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument(
         "--no-warm-standby", dest="warm_standby", action="store_false", help="Restarts start cold."
@@ -261,7 +268,8 @@ def main() -> None:
             "restart.exclude_failed_nodes=false",
             f"restart.warm_standby={'true' if args.warm_standby else 'false'}",
             f"watchdog.hang_timeout={args.hang_timeout:g}",
-            "watchdog.heartbeat_interval=2",
+            f"watchdog.stopped_timeout={args.stopped_timeout:g}",
+            f"watchdog.heartbeat_interval={args.heartbeat_interval:g}",
         )
     soak = Soak(entry["job_id"], entry["run_dir"], time.time(), ps=args.ps)
     run = RunDir(soak.run_dir)

@@ -42,7 +42,7 @@ SLOT_SIZE = 64
 MAX_SLOTS = 256
 FILE_SIZE = HEADER_SIZE + MAX_SLOTS * SLOT_SIZE
 
-TICK_S = 1.0
+TICK_S = 0.25
 """A rank ticks its slot's ALIVE time this often (a background thread)."""
 SILENT_AFTER_S = 5.0
 """No tick for this long (margin for a loaded node) means the rank is not running."""

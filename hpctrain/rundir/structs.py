@@ -116,7 +116,7 @@ class RankBeat(msgspec.Struct, omit_defaults=True):
     phase: str
     """What it is doing: startup, data, forward, backward, optimizer, collective, checkpoint, eval."""
     time: float
-    """The rank's last sign of life (its background thread ticks every second; a STOPped process stops)."""
+    """The rank's last sign of life (a thread ticks it 4 times a second; a STOPped process stops)."""
     phase_since: float | None = None
     """When `phase` began."""
     step_since: float | None = None

@@ -2,7 +2,7 @@
 
 The training loop calls :func:`mark` at every phase change. That is one ``time.time()`` (vDSO, no
 syscall) and one ``struct.pack_into`` into a shared memory map: no file write, no fsync, no GPU
-sync. A background thread per rank ticks the slot's ``alive`` time every second: a STOPped or
+sync. A background thread per rank ticks the slot's ``alive`` time 4 times a second: a STOPped or
 frozen process stops ticking, a rank blocked in a collective (which releases the GIL) does not.
 
 The one process per node that holds the node's writer lease copies all slots into

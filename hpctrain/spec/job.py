@@ -359,6 +359,11 @@ class Watchdog(Base):
     """Seconds allowed until the first steps (imports, compile, checkpoint load)."""
     slow_phase_timeout: Seconds = 600.0
     """Seconds allowed for slow phases: checkpoint saves, evaluation."""
+    stopped_timeout: Annotated[float, Meta(ge=1.0)] | None = 10.0
+    """Seconds without a heartbeat tick (ticks come 4 times a second) after which a rank that has
+    finished a step, and neither saves a checkpoint nor evaluates, is stopped or frozen: hung at
+    once, whatever `hang_timeout`. None: only `hang_timeout`'s allowance.
+    """
     heartbeat_interval: Annotated[float, Meta(ge=0.5)] = 5.0
     """Seconds between a node's heartbeat writes into the run directory (one file per node, whatever its rank
     count).

@@ -4,7 +4,8 @@ A rank is hung when its step has not advanced for longer than the allowance:
 ``max(hang_timeout, step_time_factor x median step time)``, raised to ``slow_phase_timeout``
 while a running rank checkpoints or evaluates, and to ``startup_timeout`` while a running rank
 has not finished its first step (imports, compile, checkpoint load). A rank that has not ticked
-for the steady allowance gets no extension.
+for the steady allowance, or (once it has trained, and while it neither saves nor evaluates) for
+``stopped_timeout``, does not run: it is hung at once and gets no extension.
 
 Idle time is counted on each node's own clock (the node file's ``time`` minus the rank's
 ``step_since``) plus the file's age on the watchdog's clock, so clock skew between nodes only
@@ -13,6 +14,7 @@ shifts the file age, which is bounded by the node-silence rule anyway.
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,10 +40,12 @@ class Seen:
     """Seconds since the rank's last tick."""
     step_s: float | None
     pid: int | None
+    stopped_after: float | None = None
+    """``watchdog.stopped_timeout`` where it applies to the rank (see :func:`stopped_after`)."""
 
     @property
     def responsive(self) -> bool:
-        return self.silent_s < SILENT_AFTER_S
+        return self.silent_s < min(SILENT_AFTER_S, self.stopped_after or math.inf)
 
     def state(self, waiting_in: str = "") -> RankState:
         return RankState(
@@ -55,7 +59,15 @@ class Seen:
         )
 
 
-def seen_ranks(beats: Iterable[Heartbeat], now: float) -> list[Seen]:
+def stopped_after(stopped_timeout: float | None, step_s: float | None, phase: str) -> float | None:
+    """`stopped_timeout` for a rank that has finished a step and neither saves nor evaluates; None
+    otherwise: imports at start-up and long saves may hold the GIL (and so the ticks) for seconds."""
+    if stopped_timeout is None or step_s is None or phase in SLOW_PHASES:
+        return None
+    return stopped_timeout
+
+
+def seen_ranks(beats: Iterable[Heartbeat], now: float, stopped_timeout: float | None = None) -> list[Seen]:
     """Every rank of the given node files, sorted by rank (a rank in two files: the newer wins)."""
     found: dict[int, Seen] = {}
     for beat in sorted(beats, key=lambda b: b.time):
@@ -71,6 +83,7 @@ def seen_ranks(beats: Iterable[Heartbeat], now: float) -> list[Seen]:
                 silent_s=max(0.0, beat.time - rank_beat.time) + age,
                 step_s=rank_beat.step_s,
                 pid=rank_beat.pid,
+                stopped_after=stopped_after(stopped_timeout, rank_beat.step_s, rank_beat.phase),
             )
     return [found[rank] for rank in sorted(found)]
 
@@ -85,9 +98,9 @@ def steady_allowance(settings: Watchdog, median_s: float | None) -> float:
 
 
 def not_running(settings: Watchdog, seen: Seen, median_s: float | None) -> bool:
-    """No tick for the whole steady allowance: STOPped or frozen. A shorter silence is not enough:
-    loading a big C library (torch's, at startup) holds the GIL for seconds on a loaded node."""
-    return seen.silent_s > steady_allowance(settings, median_s)
+    """No tick for the whole steady allowance, or for ``stopped_timeout`` where it applies: STOPped
+    or frozen."""
+    return seen.silent_s > min(steady_allowance(settings, median_s), seen.stopped_after or math.inf)
 
 
 def allowance(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None) -> float:
@@ -103,9 +116,8 @@ def allowance(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None)
 
 
 def overdue(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None) -> list[Seen]:
-    """The ranks whose step has lasted longer than the allowance; a rank that does not run does
-    no work, so it gets no startup or slow-phase extension."""
+    """The ranks whose step has lasted longer than the allowance, and those that do not run: they do
+    no work, so they get no startup or slow-phase extension."""
     ranks = list(ranks)
     limit = allowance(settings, ranks, median_s)
-    steady = steady_allowance(settings, median_s)
-    return [r for r in ranks if r.idle_s > (steady if not_running(settings, r, median_s) else limit)]
+    return [r for r in ranks if not_running(settings, r, median_s) or r.idle_s > limit]

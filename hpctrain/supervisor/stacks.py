@@ -101,6 +101,8 @@ def py_spy_dump(pid: int, running: bool = True) -> str:
         return f"py-spy dump --pid {pid}: no answer within {PY_SPY_TIMEOUT_S:.0f} s\n"
     except OSError as error:
         return f"py-spy dump --pid {pid}: {error}\n"
+    if proc.returncode != 0 and running:  # stopped since it last ticked: read it as a stopped one
+        return py_spy_dump(pid, running=False)
     return (proc.stdout + proc.stderr)[:MAX_STACK_BYTES]
 
 
@@ -140,15 +142,25 @@ def ask_faulthandler(slots_file: Path, slot: Slot, signum: signal.Signals) -> tu
     return output, offset
 
 
-def collect_node(run: RunDir, job_id: str, attempt: int, node: str, signum: signal.Signals) -> list[int]:
-    """Write failures/stacks/rank-N.txt for every rank of `node` with a slot; returns their ranks."""
+def collect_node(
+    run: RunDir,
+    job_id: str,
+    attempt: int,
+    node: str,
+    signum: signal.Signals,
+    stopped: frozenset[int] = frozenset(),
+) -> list[int]:
+    """Write failures/stacks/rank-N.txt for every rank of `node` with a slot; returns their ranks.
+    `stopped`: the ranks the hang rule found not running (they cannot answer faulthandler)."""
     slots_file = slot_path(run.root, job_id, attempt, node)
     slots = [s for s in read_slot_file(slots_file) if s.pid > 0]
     run.stacks.mkdir(parents=True, exist_ok=True)
     now = time.time()
     # Ask every responsive rank at once, then read py-spy's view meanwhile: one wait for all.
     asked = {
-        s.rank: ask_faulthandler(slots_file, s, signum) for s in slots if now - s.beat.time < SILENT_AFTER_S
+        s.rank: ask_faulthandler(slots_file, s, signum)
+        for s in slots
+        if now - s.beat.time < SILENT_AFTER_S and s.rank not in stopped
     }
     with ThreadPoolExecutor(max_workers=PARALLEL_DUMPS) as pool:
         found = pool.map(py_spy_dump, [s.pid for s in slots], [s.rank in asked for s in slots])

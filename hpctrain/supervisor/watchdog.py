@@ -171,23 +171,27 @@ def _srun_on(ctx: Context, node: str, command: list[str], timeout: float) -> boo
     return proc.returncode == 0
 
 
-def _collect(ctx: Context, node: str) -> None:
+def _collect(ctx: Context, node: str, stopped: frozenset[int]) -> None:
     """One node's stacks: here, or on the node through srun (its ranks' pids live there)."""
     if node != ctx.node and ctx.job_id:
         command = [sys.executable, "-m", "hpctrain.supervisor.watchdog", "--collect-node", node]
+        command += ["--stopped", ",".join(map(str, sorted(stopped)))] if stopped else []
         if _srun_on(ctx, node, command, SRUN_TIMEOUT_S):
             return
         if not slots.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
             say(f"no stacks from {node}: it did not answer within {SRUN_TIMEOUT_S:.0f} s")
             return
-    stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, node, ctx.signum)
+    stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, node, ctx.signum, stopped)
 
 
-def collect_stacks(ctx: Context, nodes: Iterable[str]) -> dict[int, str]:
-    """Every rank's stacks into failures/stacks/, all nodes at once; returns what each rank waits in."""
+def collect_stacks(
+    ctx: Context, nodes: Iterable[str], stopped: frozenset[int] = frozenset()
+) -> dict[int, str]:
+    """Every rank's stacks into failures/stacks/, all nodes at once; returns what each rank waits in.
+    `stopped`: the ranks found not running (not asked for a faulthandler dump)."""
     chosen = sorted(set(nodes))
     with ThreadPoolExecutor(max_workers=min(32, max(1, len(chosen)))) as pool:
-        list(pool.map(lambda node: _collect(ctx, node), chosen))
+        list(pool.map(lambda node: _collect(ctx, node, stopped), chosen))
     return {
         rank: stacks.waiting_in(stacks.read_text(ctx.run.rank_stacks(rank)))
         for rank in stacks.dumped(ctx.run)
@@ -314,12 +318,14 @@ def declare_hang(ctx: Context, step_pid: int, beats: list[Heartbeat], median_s: 
     """Collect the stacks, look again, and if a rank is still overdue write hang.json and end the
     step (True). False: every rank has advanced meanwhile, which a hung rank cannot do."""
     now = time.time()
-    ranks = hang_rule.seen_ranks(beats, now)
+    ranks = hang_rule.seen_ranks(beats, now, ctx.settings.stopped_timeout)
     late = hang_rule.overdue(ctx.settings, ranks, median_s) or ranks
     say(f"ranks {', '.join(str(r.rank) for r in late[:SHOWN_RANKS])} stopped advancing: collecting stacks")
-    waits = collect_stacks(ctx, (b.node for b in beats))
+    waits = collect_stacks(ctx, (b.node for b in beats), frozenset(r.rank for r in ranks if not r.responsive))
     # A fresh look after the stacks (seconds later): a stopped rank's silence is surer by now.
-    ranks = hang_rule.seen_ranks(this_attempt(ctx, ctx.run.read_heartbeats()) or beats, time.time())
+    ranks = hang_rule.seen_ranks(
+        this_attempt(ctx, ctx.run.read_heartbeats()) or beats, time.time(), ctx.settings.stopped_timeout
+    )
     if not hang_rule.overdue(ctx.settings, ranks, median_s):
         # Seen once in a soak, 4 s after a warm restart on a loaded node: rank 0 overdue at the
         # first look, every rank 0.6 s into its step at the second.
@@ -363,7 +369,7 @@ def ranks_gone(
         if not gone:
             return False
         say(f"no heartbeat from {', '.join(gone)} and no answer: ending the step")
-    ranks = hang_rule.seen_ranks(beats, time.time())
+    ranks = hang_rule.seen_ranks(beats, time.time(), ctx.settings.stopped_timeout)
     end_step(ctx, step_pid, {b.step_id for b in beats if b.step_id}, ranks, GONE_END_WAIT_S)
     return True
 
@@ -399,7 +405,7 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
         if now >= next_read:
             next_read = now + poll_s
             beats = this_attempt(ctx, ctx.run.read_heartbeats())
-            ranks = hang_rule.seen_ranks(beats, now)
+            ranks = hang_rule.seen_ranks(beats, now, ctx.settings.stopped_timeout)
             for seen in ranks:
                 if seen.step_s:
                     samples[(seen.rank, seen.step)] = seen.step_s
@@ -489,10 +495,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--collect-node", metavar="NODE", help="Only write the stacks of NODE's ranks (run there)."
     )
+    parser.add_argument(
+        "--stopped", default="", metavar="RANKS", help="With --collect-node: ranks found not running (1,5)."
+    )
     args = parser.parse_args(argv)
     ctx = context_from_env()
     if args.collect_node:
-        stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, args.collect_node, ctx.signum)
+        stopped = frozenset(int(rank) for rank in args.stopped.split(",") if rank.strip().isdigit())
+        stacks.collect_node(ctx.run, ctx.job_id, ctx.attempt, args.collect_node, ctx.signum, stopped)
         return 0
     if args.step_pid is None:
         parser.error("--step-pid or --collect-node is required")

@@ -1,7 +1,8 @@
 """The hang watchdog on the real local Slurm: `kill -STOP` one rank of a 2 x 2 digits job.
 
 The watchdog (started by the batch script beside the step) must name the stopped rank and its
-node in failures/hang.json within 60 s of the stop, leave every rank's stacks in failures/stacks/,
+node in failures/hang.json within 60 s of the stop (by hang_timeout, or by stopped_timeout where
+hang_timeout is longer), leave every rank's stacks in failures/stacks/,
 end the step (restart.max 0: the job ends), and `hpctrain status JOB` must print the HUNG line.
 """
 
@@ -42,14 +43,25 @@ def rank_beat(run: RunDir, rank: int) -> tuple[str, int, float | None] | None:
     return None
 
 
-def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(hpctrain_home: Path) -> None:
+@pytest.mark.parametrize(
+    "watchdog",
+    [
+        [f"watchdog.hang_timeout={HANG_FLOOR_S}"],
+        # hang_timeout alone would take 120 s: only the stopped rule names the rank within the target.
+        ["watchdog.hang_timeout=120", "watchdog.stopped_timeout=2"],
+    ],
+    ids=["hang_timeout", "stopped_timeout"],
+)
+def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(
+    watchdog: list[str], hpctrain_home: Path
+) -> None:
     entry = submit(
         JOBS / "digits-ddp.yaml",
         "train.steps=200000",
         "train.checkpoint_every=0",
         "train.eval_every=0",
         "train.log_every=100",
-        f"watchdog.hang_timeout={HANG_FLOOR_S}",
+        *watchdog,
         f"watchdog.heartbeat_interval={HEARTBEAT_INTERVAL_S}",
         "restart.max=0",
     )

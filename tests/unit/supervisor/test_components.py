@@ -85,7 +85,7 @@ def guard(run: RunDir, monkeypatch: pytest.MonkeyPatch, step_s: float = 60) -> d
     monkeypatch.setattr(
         watchdog, "end_step", lambda ctx, pid, step_ids, ranks, *wait: did.update(step_ids=step_ids)
     )
-    monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
+    monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes, stopped=frozenset(): {})
     monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.0)
     ctx = Context(
         run=run,

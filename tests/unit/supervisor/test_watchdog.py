@@ -82,6 +82,36 @@ def test_observe_counts_idle_and_silence_on_the_nodes_clock_plus_the_files_age()
     assert (three.idle_s, three.silent_s, three.responsive, three.step_s) == (9.0, 4.5, True, None)
 
 
+def test_a_trained_rank_without_ticks_for_stopped_timeout_is_hung_at_once_and_named() -> None:
+    """Two seconds without a tick, far inside hang_timeout's 30 s: with stopped_timeout 1.5 the
+    rank in backward is stopped; the same silence while saving, before the first step, or with
+    stopped_timeout unset is not."""
+
+    def beat(phase: str, step_s: float | None) -> Heartbeat:
+        return Heartbeat(
+            node="node1",
+            time=1000.0,
+            attempt=0,
+            ranks={
+                0: RankBeat(step=40, phase="collective", time=1000.0, step_since=999.0, step_s=0.1, pid=4),
+                1: RankBeat(step=40, phase=phase, time=998.0, step_since=997.9, step_s=step_s, pid=5),
+            },
+        )
+
+    settings = Watchdog(hang_timeout=30, stopped_timeout=1.5)
+    ranks = hang_rule.seen_ranks([beat("backward", 0.1)], now=1000.0, stopped_timeout=1.5)
+    assert [r.rank for r in hang_rule.overdue(settings, ranks, 0.1)] == [1]
+    assert [r.rank for r in ranks if not r.responsive] == [1]
+    hung, waiting = diagnose(ranks, {0: "all-reduce"})
+    assert [r.rank for r in hung] == [1] and [r.rank for r in waiting] == [0]
+    for phase, step_s in (("checkpoint", 0.1), ("startup", None)):
+        ranks = hang_rule.seen_ranks([beat(phase, step_s)], now=1000.0, stopped_timeout=1.5)
+        assert hang_rule.overdue(settings, ranks, 0.1) == [] and all(r.responsive for r in ranks)
+    unset = Watchdog(hang_timeout=30, stopped_timeout=None)
+    ranks = hang_rule.seen_ranks([beat("backward", 0.1)], now=1000.0, stopped_timeout=None)
+    assert hang_rule.overdue(unset, ranks, 0.1) == []
+
+
 # -- the diagnosis ------------------------------------------------------------------------------
 
 
@@ -314,7 +344,7 @@ def silent_node_run(
     monkeypatch.setattr(
         watchdog, "end_step", lambda ctx, pid, step_ids, ranks, *wait: did.update(step_ids=step_ids)
     )
-    monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes: {})
+    monkeypatch.setattr(watchdog, "collect_stacks", lambda ctx, nodes, stopped=frozenset(): {})
     monkeypatch.setattr(watchdog, "GONE_GRACE_S", 0.0)
     ctx = context(run, Watchdog(hang_timeout=10, heartbeat_interval=1), started=now - 60)
     step = subprocess.Popen(["sleep", "60"])
@@ -446,7 +476,7 @@ def test_ranks_that_advance_while_the_stacks_are_collected_are_not_a_hang(
     step = subprocess.Popen(["sleep", "60"])
     looks: list[float] = []
 
-    def stacks_then_advance(ctx: object, nodes: object) -> dict[int, str]:
+    def stacks_then_advance(ctx: object, nodes: object, stopped: object = None) -> dict[int, str]:
         looks.append(time.time())
         run.write_heartbeat(node_file(time.time() - 0.2, 51))  # the rank moved on meanwhile
         if len(looks) == 1:
