@@ -46,7 +46,7 @@ TICK_S = 0.25
 """A rank ticks its slot's ALIVE time this often (a background thread)."""
 SILENT_AFTER_S = 5.0
 """No tick for this long (margin for a loaded node) means the rank is not running."""
-LEASE_S = 3.0
+LEASE_S = 1.0
 """A writer lease not refreshed for this long is taken over (the writer ticks every TICK_S)."""
 
 

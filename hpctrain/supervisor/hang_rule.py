@@ -5,7 +5,7 @@ A rank is hung when its step has not advanced for longer than the allowance:
 while a running rank checkpoints or evaluates, and to ``startup_timeout`` while a running rank
 has not finished its first step (imports, compile, checkpoint load). A rank that has not ticked
 for the steady allowance, or (once it has trained, and while it neither saves nor evaluates) for
-``stopped_timeout``, does not run: it is hung at once and gets no extension.
+``stopped_timeout`` by its node's own file, does not run: it is hung at once and gets no extension.
 
 Idle time is counted on each node's own clock (the node file's ``time`` minus the rank's
 ``step_since``) plus the file's age on the watchdog's clock, so clock skew between nodes only
@@ -42,10 +42,18 @@ class Seen:
     pid: int | None
     stopped_after: float | None = None
     """``watchdog.stopped_timeout`` where it applies to the rank (see :func:`stopped_after`)."""
+    unticked_s: float = 0.0
+    """The part of `silent_s` its node's own file records: a rank STOPped on a node that still
+    writes. The rest is the file's age (a whole node gone quiet: the node-silence rule's case)."""
+
+    @property
+    def stopped(self) -> bool:
+        """Its node writes on, and it has not ticked for ``stopped_timeout``."""
+        return self.unticked_s > (self.stopped_after or math.inf)
 
     @property
     def responsive(self) -> bool:
-        return self.silent_s < min(SILENT_AFTER_S, self.stopped_after or math.inf)
+        return self.silent_s < SILENT_AFTER_S and not self.stopped
 
     def state(self, waiting_in: str = "") -> RankState:
         return RankState(
@@ -84,6 +92,7 @@ def seen_ranks(beats: Iterable[Heartbeat], now: float, stopped_timeout: float | 
                 step_s=rank_beat.step_s,
                 pid=rank_beat.pid,
                 stopped_after=stopped_after(stopped_timeout, rank_beat.step_s, rank_beat.phase),
+                unticked_s=max(0.0, beat.time - rank_beat.time),
             )
     return [found[rank] for rank in sorted(found)]
 
@@ -98,9 +107,9 @@ def steady_allowance(settings: Watchdog, median_s: float | None) -> float:
 
 
 def not_running(settings: Watchdog, seen: Seen, median_s: float | None) -> bool:
-    """No tick for the whole steady allowance, or for ``stopped_timeout`` where it applies: STOPped
-    or frozen."""
-    return seen.silent_s > min(steady_allowance(settings, median_s), seen.stopped_after or math.inf)
+    """No tick for the whole steady allowance, or stopped (see :attr:`Seen.stopped`): STOPped or
+    frozen."""
+    return seen.silent_s > steady_allowance(settings, median_s) or seen.stopped
 
 
 def allowance(settings: Watchdog, ranks: Iterable[Seen], median_s: float | None) -> float:

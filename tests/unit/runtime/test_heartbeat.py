@@ -166,7 +166,7 @@ def test_one_writer_per_node_and_takeover_when_it_stops(slot_dir: Path, tmp_path
     # A fresh lease held by someone else is left alone.
     first._pid = 54321
     first._last_write = 0.0
-    first.tick(now + 6)
+    first.tick(now + 5 + LEASE_S / 2)
     assert HEADER.unpack_from(first._map, 0)[2] == 12345
 
 

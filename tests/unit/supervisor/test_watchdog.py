@@ -112,6 +112,20 @@ def test_a_trained_rank_without_ticks_for_stopped_timeout_is_hung_at_once_and_na
     assert hang_rule.overdue(unset, ranks, 0.1) == []
 
 
+def test_a_node_gone_quiet_is_not_stopped_ranks() -> None:
+    """A node file 3 s old whose ranks ticked until it was written: the node went quiet (lost, or
+    its writer stalled), which the node-silence rule probes; the stopped rule does not fire."""
+    quiet = Heartbeat(
+        node="node2",
+        time=997.0,
+        attempt=0,
+        ranks={2: RankBeat(step=40, phase="backward", time=997.0, step_since=996.9, step_s=0.1, pid=6)},
+    )
+    [rank] = hang_rule.seen_ranks([quiet], now=1000.0, stopped_timeout=1.5)
+    assert rank.silent_s == 3.0 and not rank.stopped and rank.responsive
+    assert hang_rule.overdue(Watchdog(hang_timeout=30, stopped_timeout=1.5), [rank], 0.1) == []
+
+
 # -- the diagnosis ------------------------------------------------------------------------------
 
 
