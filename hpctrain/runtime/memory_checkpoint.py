@@ -104,10 +104,12 @@ def choose(
 ) -> Plan | None:
     """The newest step after `newer_than` (the newest disk checkpoint) that the live nodes (`hosts`,
     one per rank of this attempt) hold completely, and how each rank gets it; None: load from disk."""
+    live = set(hosts)
+    first_rank = {host: hosts.index(host) for host in live}
     for step in sorted({c.step for c in copies}, reverse=True):
         if newer_than is not None and step <= newer_than:
             return None
-        at = [c for c in copies if c.step == step and c.holder_host in hosts]
+        at = [c for c in copies if c.step == step and c.holder_host in live]
         if not at or len({(c.world, c.layout) for c in at}) != 1 or at[0].layout != layout:
             continue
         holders: dict[int, list[Copy]] = {}
@@ -116,28 +118,39 @@ def choose(
         if at[0].world == len(hosts) and len(holders) == len(hosts):
             origin = list(range(len(hosts)))
         elif replicated:  # every rank's state is the same: any copy serves
-            origin = [replica_for(r, hosts, holders, at[0].world == len(hosts)) for r in range(len(hosts))]
+            origin = replicas_for(hosts, holders, same_world=at[0].world == len(hosts))
         else:
             continue
         holder, peer = [], []
         for r, o in enumerate(origin):
             here = [c for c in holders[o] if c.holder_host == hosts[r]]
             item = here[0] if here else holders[o][0]
-            holder.append(r if here else hosts.index(item.holder_host))
+            holder.append(r if here else first_rank[item.holder_host])
             peer.append(item.holder_host != item.host)
         return Plan(step, tuple(origin), tuple(holder), tuple(peer))
     return None
 
 
-def replica_for(rank: int, hosts: list[str], holders: dict[int, list[Copy]], same_world: bool) -> int:
-    """The saved rank whose copy `rank` loads when any copy serves: its own (same world: it keeps its
-    RNG streams), else one its node saved itself, else one its node holds for another, else any."""
-    node = hosts[rank]
-    local = [o for o in sorted(holders) if any(c.holder_host == node for c in holders[o])]
-    if same_world and rank in local:
-        return rank
-    saved_here = [o for o in local if any(c.holder_host == node == c.host for c in holders[o])]
-    return (saved_here or local or [min(holders)])[0]
+def replicas_for(hosts: list[str], holders: dict[int, list[Copy]], same_world: bool) -> list[int]:
+    """For each rank, the saved rank whose copy it loads when any copy serves: its own (same world:
+    it keeps its RNG streams), else one its node saved itself, else one its node holds for another,
+    else any. Each node's choices are listed once, not once per rank."""
+    local: dict[str, list[int]] = {}
+    saved_here: dict[str, list[int]] = {}
+    for origin in sorted(holders):
+        for node in {c.holder_host for c in holders[origin]}:
+            local.setdefault(node, []).append(origin)
+        for node in {c.holder_host for c in holders[origin] if c.holder_host == c.host}:
+            saved_here.setdefault(node, []).append(origin)
+    anywhere = [min(holders)]
+
+    def replica(rank: int) -> int:
+        node = hosts[rank]
+        if same_world and any(c.holder_host == node for c in holders.get(rank, [])):
+            return rank
+        return (saved_here.get(node) or local.get(node) or anywhere)[0]
+
+    return [replica(rank) for rank in range(len(hosts))]
 
 
 def run_memory_folder(run_dir: Path) -> Path:
