@@ -26,7 +26,18 @@ from pathlib import Path
 
 from hpctrain.rundir.structs import RankBeat
 
-PHASES = ("startup", "data", "forward", "backward", "optimizer", "collective", "checkpoint", "eval")
+# Codes are positions: a new phase goes at the end, so that a reader of another version still decodes.
+PHASES = (
+    "startup",
+    "data",
+    "forward",
+    "backward",
+    "optimizer",
+    "collective",
+    "checkpoint",
+    "eval",
+    "snapshot",
+)
 PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 UNKNOWN_PHASE = "unknown"
 

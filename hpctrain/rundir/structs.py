@@ -114,7 +114,8 @@ class RankBeat(msgspec.Struct, omit_defaults=True):
     step: int
     """The step the rank is in."""
     phase: str
-    """What it is doing: startup, data, forward, backward, optimizer, collective, checkpoint, eval."""
+    """What it is doing: startup, data, forward, backward, optimizer, collective, checkpoint (to disk), eval,
+    snapshot (a checkpoint into node memory)."""
     time: float
     """The rank's last sign of life (a thread ticks it 4 times a second; a STOPped process stops)."""
     phase_since: float | None = None

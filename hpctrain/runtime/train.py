@@ -355,7 +355,8 @@ class Trainer:
             if train.checkpoint_every and self.step % train.checkpoint_every == 0:
                 self.save(blocking=False)
             elif self.checkpoints.memory_due(self.step):
-                heartbeat.mark("checkpoint")
+                # Not a slow phase (a copy to host memory): a rank stopped here is named as fast as in a step.
+                heartbeat.mark("snapshot")
                 step_s = statistics.median(self.step_times[-20:]) if self.step_times else 0.0
                 state = self._trainer_state()
                 self.checkpoints.save_memory(self.step, self.strategy.model, self.optimizer, state, step_s)

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.rundir import HangReport, Heartbeat, RunDir, read_json
+from hpctrain.rundir.slots import read_slot_file, slot_path
 from tests.conftest import JOBS, run_cli
 from tests.integration.cluster import TERMINAL, require_cluster, run_dir, submit, wait_state
 
@@ -27,6 +28,7 @@ STOPPED_RANK = 2  # the first rank of node2: also its node's first heartbeat wri
 HANG_FLOOR_S = 10
 HEARTBEAT_INTERVAL_S = 1
 DETECTION_TARGET_S = 60
+MEMORY_EVERY_STEP = "train.memory_checkpoint_every=1"
 
 
 @pytest.fixture(autouse=True)
@@ -43,17 +45,38 @@ def rank_beat(run: RunDir, rank: int) -> tuple[str, int, float | None] | None:
     return None
 
 
+def stop_in_phase(run: RunDir, job_id: str, pid: int, phase: str, timeout: float = 60) -> None:
+    """SIGSTOP `pid` (rank STOPPED_RANK) while its heartbeat slot says it is in `phase`: stop it, read
+    the slot again (a stopped rank's slot no longer changes), and let it go on if it had left."""
+    slots = slot_path(run.root.resolve(), job_id, 0, "node2")  # both nodes are this host: its /dev/shm
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if rank_phase(slots) == phase:
+            os.kill(pid, signal.SIGSTOP)
+            if rank_phase(slots) == phase:
+                return
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.001)
+    raise AssertionError(f"rank {STOPPED_RANK} was never seen in phase {phase} within {timeout} s")
+
+
+def rank_phase(slots: Path) -> str | None:
+    return next((s.beat.phase for s in read_slot_file(slots) if s.rank == STOPPED_RANK), None)
+
+
 @pytest.mark.parametrize(
-    "watchdog",
+    ("watchdog", "phase"),
     [
-        [f"watchdog.hang_timeout={HANG_FLOOR_S}"],
+        ([f"watchdog.hang_timeout={HANG_FLOOR_S}"], None),
         # hang_timeout alone would take 120 s: only the stopped rule names the rank within the target.
-        ["watchdog.hang_timeout=120", "watchdog.stopped_timeout=2"],
+        (["watchdog.hang_timeout=120", "watchdog.stopped_timeout=2"], None),
+        # A checkpoint into node memory every step: stopped in one, the rank is named just as fast.
+        (["watchdog.hang_timeout=120", "watchdog.stopped_timeout=2", MEMORY_EVERY_STEP], "snapshot"),
     ],
-    ids=["hang_timeout", "stopped_timeout"],
+    ids=["hang_timeout", "stopped_timeout", "stopped_in_memory_snapshot"],
 )
 def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(
-    watchdog: list[str], hpctrain_home: Path
+    watchdog: list[str], phase: str | None, hpctrain_home: Path
 ) -> None:
     entry = submit(
         JOBS / "digits-ddp.yaml",
@@ -79,7 +102,10 @@ def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(
         assert seen and seen[1] >= 20, f"rank {STOPPED_RANK} never got going: {seen}"
         assert seen[0] == "node2"
         pid = int(run.pid(STOPPED_RANK).read_text())
-        os.kill(pid, signal.SIGSTOP)
+        if phase is None:
+            os.kill(pid, signal.SIGSTOP)
+        else:
+            stop_in_phase(run, job_id, pid, phase)
         stopped_at = time.time()
 
         deadline = time.monotonic() + DETECTION_TARGET_S + 30
@@ -92,6 +118,8 @@ def test_a_stopped_rank_is_named_with_its_node_and_stacks_and_the_job_ends(
         print(f"hang detected and diagnosed {detection_s:.1f} s after the stop: {report.summary}")
         assert detection_s < DETECTION_TARGET_S
         assert [(r.rank, r.node) for r in report.hung] == [(STOPPED_RANK, "node2")], report
+        if phase is not None:
+            assert report.hung[0].phase == phase, report
         assert sorted(r.rank for r in report.waiting) == [0, 1, 3]
         assert report.summary.startswith(f"rank {STOPPED_RANK} on node2 hung at step ")
         assert "others waiting in" in report.summary

@@ -84,8 +84,8 @@ def test_observe_counts_idle_and_silence_on_the_nodes_clock_plus_the_files_age()
 
 def test_a_trained_rank_without_ticks_for_stopped_timeout_is_hung_at_once_and_named() -> None:
     """Two seconds without a tick, far inside hang_timeout's 30 s: with stopped_timeout 1.5 the
-    rank in backward is stopped; the same silence while saving, before the first step, or with
-    stopped_timeout unset is not."""
+    rank in backward (or in a memory snapshot) is stopped; the same silence while saving to disk,
+    before the first step, or with stopped_timeout unset is not."""
 
     def beat(phase: str, step_s: float | None) -> Heartbeat:
         return Heartbeat(
@@ -99,8 +99,11 @@ def test_a_trained_rank_without_ticks_for_stopped_timeout_is_hung_at_once_and_na
         )
 
     settings = Watchdog(hang_timeout=30, stopped_timeout=1.5)
+    # A checkpoint into node memory is a copy to host memory, not a slow phase: stopped there is stopped.
+    for phase in ("backward", "snapshot"):
+        ranks = hang_rule.seen_ranks([beat(phase, 0.1)], now=1000.0, stopped_timeout=1.5)
+        assert [r.rank for r in hang_rule.overdue(settings, ranks, 0.1)] == [1], phase
     ranks = hang_rule.seen_ranks([beat("backward", 0.1)], now=1000.0, stopped_timeout=1.5)
-    assert [r.rank for r in hang_rule.overdue(settings, ranks, 0.1)] == [1]
     assert [r.rank for r in ranks if not r.responsive] == [1]
     hung, waiting = diagnose(ranks, {0: "all-reduce"})
     assert [r.rank for r in hung] == [1] and [r.rank for r in waiting] == [0]
