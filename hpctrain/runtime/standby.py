@@ -76,20 +76,6 @@ def rank_variables(go: dict[str, str], env: dict[str, str] | os._Environ[str]) -
     }
 
 
-def wait_for_the_attempt(metrics: Path, since: float, longest_s: float) -> None:
-    """Until the attempt beside us trains (rank 0 has written to metrics.jsonl since `since`), for
-    `longest_s` at the most. That attempt starts up too: on a node with few cores, importing beside
-    it would slow its start, and that start is what a restart waits for. One stat a second."""
-    deadline = time.monotonic() + longest_s
-    while time.monotonic() < deadline:
-        try:
-            if metrics.stat().st_mtime > since:
-                return
-        except OSError:
-            pass
-        time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
-
-
 def announce(folder: Path, prefix: str) -> None:
     """``PREFIX-NODE.LOCALID`` with this task's step id in it, whole or not at all."""
     path = folder / f"{prefix}{os.environ.get('SLURMD_NODENAME', '')}.{os.environ.get('SLURM_LOCALID', '0')}"
@@ -119,7 +105,6 @@ def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {go})
     signal.signal(signal.Signals["SIG" + signal_name(preemption)], signal.SIG_IGN)
     started = time.monotonic()
-    wait_for_the_attempt(run.metrics, time.time(), resolved.job.restart.standby_delay)
     warm_up((*WARM_MODULES, resolved.job.train.entrypoint.partition(":")[0]))
     announce(folder, STANDBY_READY_PREFIX)
     variables = wait_for_go(folder, go)

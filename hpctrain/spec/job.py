@@ -332,8 +332,9 @@ class Restart(Base):
     per rank (host memory) and its imports' CPU once per attempt.
     """
     standby_delay: NonNegative = 60.0
-    """Seconds at the most that the warm standby waits for the attempt beside it to train before its own
-    imports (on a node with few cores they would slow that attempt's start).
+    """Seconds at the most that the warm standby waits for the attempt beside it to train (every rank has
+    finished a step; without the watchdog's heartbeats, rank 0 has written metrics) before its steps start:
+    on a node with few cores their start would slow that attempt's.
     """
 
 

@@ -1,6 +1,6 @@
 """The warm standby as one srun step per node, and the attempt's step once handed the go.
 
-``python -m hpctrain.supervisor.standby_steps NODES GO_SIGNAL GO_FILE -- SRUN...``
+``python -m hpctrain.supervisor.standby_steps [--when-training] NODES GO_SIGNAL GO_FILE -- SRUN...``
 
 The batch script keeps the next attempt's ranks warm (``runtime/standby.py``: torch and the runtime
 imported, waiting for the go) in one srun step per node, not one over every node: a step loses
@@ -18,11 +18,16 @@ waits on as the attempt's step once it has handed them the attempt:
   the exit status is that step's. SIGTERM or SIGINT to this process ends every step. Before the go,
   a step that ends (its node lost) ends nothing else.
 
+With ``--when-training`` the steps start only once the attempt beside them trains on every node, or
+after ``restart.standby_delay`` (:func:`wait_for_training`): the standby's start costs as much CPU
+as the attempt's own, and on a node with few cores would slow that start by as much.
+
 Torch-free and small: the watchdog and the supervisor treat it as the attempt's srun.
 """
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -31,12 +36,15 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from hpctrain.rundir import Heartbeat, RunDir
+from hpctrain.rundir.slots import current_attempt
 from hpctrain.rundir.standby_go import go_nodes, read_go
 
 NODE = "@NODE@"  # stands for the node in the srun command line
 STOP_WAIT_S = 4.0  # a step told to stop that is still there after this long is ended
 TERM_WAIT_S = 4.0  # after SIGTERM, srun's wait for its tasks before SIGKILL
 POLL_S = 0.05
+TRAINING_POLL_S = 0.25
 
 
 def node_command(command: Sequence[str], node: str) -> list[str]:
@@ -127,24 +135,77 @@ class NodeSteps:
         return self.failure() or 0
 
 
+def attempt_trains(run: RunDir, attempt: int, nodes: list[str], since: float, heartbeats: bool) -> bool:
+    """With heartbeats: each node's file of `attempt` is there and every rank in it has finished a
+    step (imports and rendezvous are over everywhere). Without: rank 0 has written to metrics.jsonl
+    since `since`."""
+    if not heartbeats:
+        try:
+            return run.metrics.stat().st_mtime > since
+        except OSError:
+            return False
+    beats = {
+        b.node: b for b in run.read_heartbeats() if isinstance(b, Heartbeat) and (b.attempt or 0) == attempt
+    }
+    return all(
+        node in beats and beats[node].ranks and all(r.step_s is not None for r in beats[node].ranks.values())
+        for node in nodes
+    )
+
+
+def wait_for_training(run: RunDir, nodes: list[str], go_file: Path) -> bool:
+    """Until the attempt beside the standby trains on every node, for ``restart.standby_delay`` at the
+    most. False: the go file came first (the attempt ended: stop), so no standby is needed."""
+    from hpctrain import spec
+
+    job = spec.loads(run.spec.read_bytes()).job
+    since, attempt = time.time(), current_attempt()
+    deadline = time.monotonic() + job.restart.standby_delay
+    while time.monotonic() < deadline and not attempt_trains(
+        run, attempt, nodes, since, job.watchdog.enabled
+    ):
+        if go_file.exists():
+            return False
+        time.sleep(TRAINING_POLL_S)
+    return not go_file.exists()
+
+
+USAGE = (
+    "usage: python -m hpctrain.supervisor.standby_steps [--when-training] NODES GO_SIGNAL GO_FILE -- SRUN..."
+)
+
+
 def main(argv: list[str]) -> int:
+    when_training = argv[:1] == ["--when-training"]
+    argv = argv[1:] if when_training else argv
     if len(argv) < 5 or argv[3] != "--":
-        print(
-            "usage: python -m hpctrain.supervisor.standby_steps NODES GO_SIGNAL GO_FILE -- SRUN...",
-            file=sys.stderr,
-        )
+        print(USAGE, file=sys.stderr)
         return 2
     nodes, go_signal, go_file = argv[0].split(","), signal.Signals["SIG" + argv[1]], Path(argv[2])
-    # The steps start first: srun inherits blocked and ignored signals, and must forward the go. No
-    # go can come before the steps' tasks announce themselves ready, seconds later.
+    handled = (go_signal, signal.SIGTERM, signal.SIGINT)
+    if when_training:
+        # No steps yet: a stop (the go file, then GO_SIGNAL) or SIGTERM just ends this process.
+        for signum in handled:
+            signal.signal(signum, lambda signum, frame: sys.exit(0))
+        if not wait_for_training(RunDir(Path(os.environ["HPCTRAIN_RUN_DIR"])), nodes, go_file):
+            return 0
+    # A signal while the steps start is handled once they have (srun must not inherit an ignored
+    # or blocked go signal, which it forwards). No go comes before their tasks are ready, seconds later.
+    early: list[int] = []
+    for signum in handled:
+        signal.signal(signum, lambda signum, frame: early.append(signum))
     steps = NodeSteps(nodes, argv[4:], go_signal, go_file)
 
     def later(work: Callable[[], None]) -> None:  # a handler only starts the work: it waits and polls
         threading.Thread(target=work, daemon=True).start()
 
-    signal.signal(go_signal, lambda signum, frame: later(steps.go))
-    signal.signal(signal.SIGTERM, lambda signum, frame: later(steps.end))
-    signal.signal(signal.SIGINT, lambda signum, frame: later(steps.end))
+    def on_signal(signum: int, frame: object = None) -> None:
+        later(steps.go if signum == go_signal else steps.end)
+
+    for signum in handled:
+        signal.signal(signum, on_signal)
+    for signum in early:
+        on_signal(signum)
     return steps.run()
 
 

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from hpctrain import spec
 from hpctrain.rundir import RunDir
-from hpctrain.runtime import standby
 from hpctrain.scheduler.slurm.nodes import slurmd_unreachable
 from hpctrain.spec.slurm_values import standby_go_signal
 
@@ -175,19 +174,3 @@ def test_slurmd_probe_tells_a_listening_port_from_a_closed_one() -> None:
     started = time.monotonic()
     assert slurmd_unreachable("n1", {"NodeAddr": "127.0.0.1", "Port": str(port)})
     assert time.monotonic() - started < 5
-
-
-def test_the_standby_waits_for_the_attempt_beside_it_to_train(tmp_path: Path) -> None:
-    metrics = tmp_path / "metrics.jsonl"
-    metrics.write_text("{}\n")
-    since = time.time() + 1  # written before the standby started: not the attempt beside it
-    started = time.monotonic()
-    standby.wait_for_the_attempt(metrics, since, 1.5)
-    assert 1.4 < time.monotonic() - started < 3  # nothing new: waited its longest
-    writer = subprocess.Popen(
-        [sys.executable, "-c", f"import time; time.sleep(1.2); open({str(metrics)!r}, 'a').write('x')"]
-    )
-    started = time.monotonic()
-    standby.wait_for_the_attempt(metrics, time.time(), 30)
-    writer.wait()
-    assert time.monotonic() - started < 5  # the first train line ends the wait, not the 30 s

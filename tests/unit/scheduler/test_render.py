@@ -143,7 +143,8 @@ def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
         assert "standby_start" not in script
     else:
         # A standby step per node (standby_steps), each task a hpctrain.runtime.standby; the go signal.
-        assert f'hpctrain.supervisor.standby_steps "$HPCTRAIN_NODES" {go} ' in script
+        # The watchdog is on (heartbeats): the steps start once the attempt trains.
+        assert f'hpctrain.supervisor.standby_steps --when-training "$HPCTRAIN_NODES" {go} ' in script
         assert "--nodes=1" in script and "-m hpctrain.runtime.standby" in script
         assert f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
         assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from hpctrain import spec
+from hpctrain.rundir import Heartbeat, RankBeat, RunDir
 from hpctrain.supervisor import standby_steps
 from hpctrain.supervisor.standby_steps import NODE, NodeSteps, node_command
 
@@ -136,3 +139,96 @@ def test_the_module_runs_the_steps_and_passes_the_go_on(tmp_path: Path) -> None:
         assert proc.wait(timeout=30) == 5  # n2's status; n1 was not the attempt's and ended with 0
     finally:
         proc.kill()
+
+
+REPO = Path(__file__).resolve().parents[3]
+
+
+def node_beat(node: str, attempt: int, step_s: list[float | None]) -> Heartbeat:
+    now = time.time()
+    ranks = {i: RankBeat(step=3, phase="forward", time=now, step_s=s, pid=1) for i, s in enumerate(step_s)}
+    return Heartbeat(node=node, time=now, attempt=attempt, ranks=ranks)
+
+
+def run_dir(tmp_path: Path, *overrides: str) -> RunDir:
+    run = RunDir(tmp_path / "run")
+    run.heartbeats.mkdir(parents=True)
+    job = REPO / "jobs" / "digits-ddp.yaml"
+    resolved = spec.resolve(
+        spec.load_job(job, list(overrides)), spec.load_site(REPO / "site-configs" / "local.yaml")
+    )
+    run.spec.write_bytes(spec.dumps(resolved))
+    return run
+
+
+def start_when_training(tmp_path: Path, go: Path) -> subprocess.Popen[bytes]:
+    (tmp_path / "step.py").write_text(STEP)
+    module = [sys.executable, "-m", "hpctrain.supervisor.standby_steps", "--when-training"]
+    argv = [*module, "n1,n2", "USR2", str(go)]
+    argv += ["--", sys.executable, str(tmp_path / "step.py"), NODE, "exit5", str(go)]
+    env = {**os.environ, "HPCTRAIN_RUN_DIR": str(tmp_path / "run"), "HPCTRAIN_ATTEMPT": "1"}
+    return subprocess.Popen(argv, env=env)
+
+
+def wait_ready(tmp_path: Path, proc: subprocess.Popen[bytes], timeout: float = 30) -> float:
+    """Seconds until both stand-in steps are ready."""
+    started = time.monotonic()
+    while not all((tmp_path / f"ready-{n}").exists() for n in ("n1", "n2")):
+        assert time.monotonic() - started < timeout and proc.poll() is None
+        time.sleep(0.02)
+    return time.monotonic() - started
+
+
+def test_when_training_the_steps_start_once_every_rank_of_the_attempt_finished_a_step(tmp_path: Path) -> None:
+    """Not at an earlier attempt's heartbeats, nor while one rank has not finished a step."""
+    run = run_dir(tmp_path)
+    run.write_heartbeat(node_beat("n1", 0, [0.1, 0.1]))
+    run.write_heartbeat(node_beat("n2", 0, [0.1, 0.1]))
+    go = tmp_path / "go"
+    proc = start_when_training(tmp_path, go)
+    try:
+        run.write_heartbeat(node_beat("n1", 1, [0.1, 0.1]))
+        run.write_heartbeat(node_beat("n2", 1, [0.1, None]))
+        time.sleep(2)
+        assert proc.poll() is None and not list(tmp_path.glob("ready-*"))
+        run.write_heartbeat(node_beat("n2", 1, [0.1, 0.1]))
+        wait_ready(tmp_path, proc)
+        go.write_text("HPCTRAIN_ATTEMPT=2\nHPCTRAIN_NODES=n2\n")
+        proc.send_signal(signal.SIGUSR2)
+        assert proc.wait(timeout=30) == 5
+    finally:
+        proc.kill()
+
+
+def test_when_training_the_steps_start_after_standby_delay_at_the_latest(tmp_path: Path) -> None:
+    run_dir(tmp_path, "restart.standby_delay=1.5")
+    proc = start_when_training(tmp_path, tmp_path / "go")
+    try:
+        assert 1.4 < wait_ready(tmp_path, proc) < 15
+    finally:
+        proc.kill()
+
+
+def test_when_training_a_stop_before_the_attempt_trains_starts_no_step(tmp_path: Path) -> None:
+    run_dir(tmp_path)
+    go = tmp_path / "go"
+    proc = start_when_training(tmp_path, go)
+    try:
+        time.sleep(1)
+        go.write_text("stop\n")
+        proc.send_signal(signal.SIGUSR2)
+        assert proc.wait(timeout=30) == 0
+        assert not list(tmp_path.glob("ready-*"))
+    finally:
+        proc.kill()
+
+
+def test_without_heartbeats_the_attempt_trains_once_rank_0_wrote_metrics(tmp_path: Path) -> None:
+    run = run_dir(tmp_path)
+    since = time.time()
+    assert not standby_steps.attempt_trains(run, 0, ["n1"], since, heartbeats=False)  # no metrics yet
+    run.metrics.write_text("{}\n")
+    os.utime(run.metrics, (since - 5, since - 5))  # written before the attempt started
+    assert not standby_steps.attempt_trains(run, 0, ["n1"], since, heartbeats=False)
+    os.utime(run.metrics, (since + 1, since + 1))
+    assert standby_steps.attempt_trains(run, 0, ["n1"], since, heartbeats=False)
