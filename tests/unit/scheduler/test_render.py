@@ -148,6 +148,9 @@ def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
         assert "--nodes=1" in script and "-m hpctrain.runtime.standby" in script
         assert f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
         assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
+        # An earlier allocation's standby files go before the first standby_start of this one.
+        cleared = script.index('rm -rf "$HPCTRAIN_RUN_DIR/standby"\n')
+        assert cleared < script.index("    standby_start\n")
     shellcheck(script, tmp_path)
 
 
