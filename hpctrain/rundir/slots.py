@@ -120,6 +120,16 @@ class Slot:
     beat: RankBeat
 
 
+def put(buffer: mmap.mmap, offset: int, layout: struct.Struct, *values: object) -> None:
+    """Write `values` packed by `layout` at `offset` as one copy of the packed bytes. Not
+    ``layout.pack_into``: that zero-fills the region before it packs each field, and a process
+    reading the slot meanwhile (the node's writer, the watchdog) sees zeros there: a step begun at
+    time 0, a rank that last ticked at time 0, a header without its magic. A reader of one copy
+    sees the old bytes or the new (tests/unit/runtime/test_heartbeat.py reads a slot while another
+    process marks it)."""
+    buffer[offset : offset + layout.size] = layout.pack(*values)
+
+
 def _finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 

@@ -1,7 +1,7 @@
 """Rank heartbeats: each rank's step and phase in a node-local slot, one writer per node (torch-free).
 
 The training loop calls :func:`mark` at every phase change. That is one ``time.time()`` (vDSO, no
-syscall) and one ``struct.pack_into`` into a shared memory map: no file write, no fsync, no GPU
+syscall) and one copy of packed bytes into a shared memory map: no file write, no fsync, no GPU
 sync. A background thread per rank ticks the slot's ``alive`` time 4 times a second: a STOPped or
 frozen process stops ticking, a rank blocked in a collective (which releases the GIL) does not.
 
@@ -47,6 +47,7 @@ from hpctrain.rundir.slots import (
     current_attempt,
     decode_slots,
     open_slot_file,
+    put,
     remove_node_files,
     slot_path,
     stack_file,
@@ -89,7 +90,7 @@ class RankHeartbeat:
         self._last_write = 0.0
         self._stop = threading.Event()
         self._stack_output: IO[str] | None = None
-        IDENT.pack_into(self._map, self._offset, MAGIC, where.rank, self._pid)
+        put(self._map, self._offset, IDENT, MAGIC, where.rank, self._pid)
         self.mark("startup")
         self.tick(time.time())
 
@@ -100,9 +101,10 @@ class RankHeartbeat:
             if self._step >= 0:
                 self._step_s = now - self._step_since
             self._step, self._step_since = step, now
-        PROGRESS.pack_into(
+        put(
             self._map,
             self._offset + PROGRESS_AT,
+            PROGRESS,
             PHASE_CODE[phase],
             self._step,
             now,
@@ -111,13 +113,13 @@ class RankHeartbeat:
         )
 
     def tick(self, now: float) -> None:
-        ALIVE.pack_into(self._map, self._offset + ALIVE_AT, now)
+        put(self._map, self._offset + ALIVE_AT, ALIVE, now)
         magic, _version, writer, lease = HEADER.unpack_from(self._map, 0)
         if writer != self._pid and magic == MAGIC and now - lease < LEASE_S:
             return
         if writer != self._pid and not self._take_lease(now):
             return
-        HEADER.pack_into(self._map, 0, MAGIC, VERSION, self._pid, now)
+        put(self._map, 0, HEADER, MAGIC, VERSION, self._pid, now)
         if now - self._last_write >= self.where.interval:
             self._last_write = now
             self.write_node_file(now)
@@ -132,7 +134,7 @@ class RankHeartbeat:
             magic, _version, writer, lease = HEADER.unpack_from(self._map, 0)
             if magic == MAGIC and writer != self._pid and now - lease < LEASE_S:
                 return False
-            HEADER.pack_into(self._map, 0, MAGIC, VERSION, self._pid, now)
+            put(self._map, 0, HEADER, MAGIC, VERSION, self._pid, now)
             return True
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -155,7 +157,7 @@ class RankHeartbeat:
     def leave(self) -> None:
         """Free this rank's slot and write the node's file without it, lease or not: a rank that
         finished before the others (a parameter-server worker) then no longer looks silent there."""
-        IDENT.pack_into(self._map, self._offset, bytes(4), -1, 0)
+        put(self._map, self._offset, IDENT, bytes(4), -1, 0)
         self.write_node_file(time.time())
 
     def run_ticker(self) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import mmap
 import os
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -31,6 +33,8 @@ from hpctrain.rundir.slots import (
 )
 from hpctrain.runtime import heartbeat
 from hpctrain.runtime.heartbeat import RankHeartbeat, Where
+
+REPO = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture
@@ -206,3 +210,47 @@ def test_heartbeat_module_imports_no_torch() -> None:
     code += "print('torch' in sys.modules)"
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "False"
+
+
+# Marks rank 0's slot as fast as it can (the step and its start stay fixed) until it is killed.
+MARKER = """
+import sys, time
+from pathlib import Path
+from hpctrain.runtime.heartbeat import RankHeartbeat, Where
+where = Where(Path(sys.argv[1]), "77", 2, "nodeA", 0, 0, "0", 3600.0)
+beat = RankHeartbeat(where)
+beat.mark("forward", 7)
+print("marking", flush=True)
+while True:
+    beat.mark("forward")
+    beat.mark("backward")
+    beat.tick(time.time())
+"""
+
+
+def test_a_slot_read_while_its_rank_marks_it_is_never_torn(slot_dir: Path, tmp_path: Path) -> None:
+    """The node's writer and the watchdog read slots that their ranks write at that very moment:
+    every read sees whole fields (struct's pack_into zero-fills first: a read then saw a step begun
+    at time 0, and the watchdog named a healthy rank hung)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), os.environ.get("PYTHONPATH", "")])}
+    marker = subprocess.Popen(
+        [sys.executable, "-c", MARKER, str(tmp_path)], env=env, stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert marker.stdout is not None and marker.stdout.readline() == "marking\n"
+        path = slots.slot_path(tmp_path, "77", 2, "nodeA")
+        with path.open("r+b") as handle, mmap.mmap(handle.fileno(), FILE_SIZE) as shared:
+            torn, reads = [], 0
+            deadline = time.monotonic() + 1.5
+            while time.monotonic() < deadline:
+                slot = decode_slot(shared, 0)
+                reads += 1
+                if slot is None or slot.beat.step != 7 or not slot.beat.step_since or not slot.beat.time:
+                    torn.append(slot)
+                header = HEADER.unpack_from(shared, 0)
+                if header[0] != MAGIC or not header[3]:
+                    torn.append(header)
+        assert reads > 1000 and not torn, f"{len(torn)} of {reads} reads torn, e.g. {torn[:3]}"
+    finally:
+        marker.kill()
+        marker.wait()
