@@ -180,7 +180,8 @@ def test_an_optuna_sweep_out_of_disk_stops_with_one_line_and_resumes_once_there_
     hpctrain_home: Path,
 ) -> None:
     with tmpfs.small_tmpfs(hpctrain_home, "64m") as home:
-        with sweep_loop(4, *QUICK) as loop:
+        # SLOW: quick trials could end, and the loop send its second round, before the Ctrl-C.
+        with sweep_loop(4, *SLOW) as loop:
             # Stop the loop (Ctrl-C) once the first round is out, and let that round finish.
             sweep_id = until_trials(loop, 1)["sweep_id"]
             loop.send_signal(signal.SIGINT)

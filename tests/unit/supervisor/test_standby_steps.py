@@ -161,6 +161,15 @@ def run_dir(tmp_path: Path, *overrides: str) -> RunDir:
     return run
 
 
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM: standby_steps ends the steps it started (a kill would leave them running)."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def start_when_training(tmp_path: Path, go: Path) -> subprocess.Popen[bytes]:
     (tmp_path / "step.py").write_text(STEP)
     module = [sys.executable, "-m", "hpctrain.supervisor.standby_steps", "--when-training"]
@@ -197,7 +206,7 @@ def test_when_training_the_steps_start_once_every_rank_of_the_attempt_finished_a
         proc.send_signal(signal.SIGUSR2)
         assert proc.wait(timeout=30) == 5
     finally:
-        proc.kill()
+        stop(proc)
 
 
 def test_when_training_the_steps_start_after_standby_delay_at_the_latest(tmp_path: Path) -> None:
@@ -206,7 +215,7 @@ def test_when_training_the_steps_start_after_standby_delay_at_the_latest(tmp_pat
     try:
         assert 1.4 < wait_ready(tmp_path, proc) < 15
     finally:
-        proc.kill()
+        stop(proc)
 
 
 def test_when_training_a_stop_before_the_attempt_trains_starts_no_step(tmp_path: Path) -> None:
@@ -220,7 +229,7 @@ def test_when_training_a_stop_before_the_attempt_trains_starts_no_step(tmp_path:
         assert proc.wait(timeout=30) == 0
         assert not list(tmp_path.glob("ready-*"))
     finally:
-        proc.kill()
+        stop(proc)
 
 
 def test_without_heartbeats_the_attempt_trains_once_rank_0_wrote_metrics(tmp_path: Path) -> None:
