@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import time
 
 import pytest
 from hypothesis import given
@@ -43,11 +42,10 @@ def test_random_draw_is_distinct_deterministic_and_inside_the_grid(
 
 
 def test_random_draw_from_a_huge_grid_does_not_enumerate_it() -> None:
-    grid = {f"train.options.k{i}": list(range(100)) for i in range(12)}  # 10**24 combinations
-    start = time.perf_counter()
+    # 10**24 combinations: enumerating them would never end (the suite's timeout fails it).
+    grid = {f"train.options.k{i}": list(range(100)) for i in range(12)}
     trials = sweep_grid.expand(grid, 50, seed=3)
     assert len({tuple(t.values()) for t in trials}) == 50
-    assert time.perf_counter() - start < 1.0
 
 
 @pytest.mark.parametrize(
@@ -84,13 +82,12 @@ def test_trial_count_is_what_expand_makes(lengths: list[int], draw: int | None) 
         assert len(sweep_grid.expand(grid, draw)) == count
 
 
-def test_duplicates_are_found_by_type_and_value_in_linear_time() -> None:
+def test_duplicates_are_found_by_type_and_value_without_comparing_every_pair() -> None:
     assert len(sweep_grid.expand({"env.X": [1, 1.5, True, "1"]})) == 4  # four different values
+    # 2 * 10**10 pairs: comparing them all would not end within the suite's timeout.
     values = list(range(200_000))
-    start = time.perf_counter()
     with pytest.raises(spec.SpecError, match="199999 is listed twice"):
         sweep_grid.expand({"train.options.x": [*values, 199_999]})
-    assert time.perf_counter() - start < 2.0
 
 
 def test_a_repeated_grid_option_is_refused_with_the_merged_form() -> None:
