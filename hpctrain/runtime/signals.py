@@ -13,11 +13,13 @@ import signal
 import threading
 from pathlib import Path
 from types import FrameType
-
-import torch
-import torch.distributed as dist
+from typing import TYPE_CHECKING
 
 from hpctrain.rundir import RunDir
+
+if TYPE_CHECKING:
+    import torch
+    import torch.distributed as dist
 
 
 def signal_number(name: str) -> signal.Signals:
@@ -46,6 +48,10 @@ class StopAgreement:
     """Tracks whether this job has been asked to stop, and agrees on it across ranks."""
 
     def __init__(self, run_dir: Path, signalled: threading.Event, rank: int, device: torch.device) -> None:
+        import torch
+        import torch.distributed as dist
+
+        self._all_reduce, self._max = dist.all_reduce, dist.ReduceOp.MAX
         self.run_dir = RunDir(run_dir)
         self.rank = rank
         self.signalled = signalled
@@ -72,9 +78,7 @@ class StopAgreement:
             stop = bool(self._flag.item())
         if not stop:
             self._flag.fill_(int(self.local_request()))
-            self._pending = dist.all_reduce(
-                self._flag, op=dist.ReduceOp.MAX, group=self._group, async_op=True
-            )
+            self._pending = self._all_reduce(self._flag, op=self._max, group=self._group, async_op=True)
         return stop
 
     def drain(self) -> None:
