@@ -215,6 +215,30 @@ def print_split(split: goodput.GoodputSplit | None, by_kind: dict[str, goodput.P
         print(f"  {kind:12} " + " ".join(f"{parts.seconds(part):11.1f}" for part in goodput.PARTS))
 
 
+def startup_parts(run: RunDir) -> dict[str, dict[str, float]]:
+    """Median seconds of each start-up part (hpctrain.runtime.startup_times), cold and warm attempts
+    apart; `launch` is from the attempt's start (the supervisor's line) to the part's count start."""
+    starts = sorted(line.time for line in read_lines(run) if line.event == "start")
+    found: dict[str, dict[str, list[float]]] = {}
+    for line in metric_lines(run):
+        if not (isinstance(line, EventLine) and line.event == "startup" and line.detail):
+            continue
+        detail = dict(line.detail)
+        began, warm = float(detail.pop("began")), bool(detail.pop("warm"))
+        before = [t for t in starts if t <= began + 0.5]
+        parts = {"launch": max(0.0, began - before[-1])} if before else {}
+        for part, seconds in {**parts, **detail}.items():
+            found.setdefault("warm" if warm else "cold", {}).setdefault(part, []).append(float(seconds))
+    return {kind: {part: statistics.median(v) for part, v in parts.items()} for kind, parts in found.items()}
+
+
+def print_startup(parts: dict[str, dict[str, float]]) -> None:
+    for kind, seconds in sorted(parts.items()):
+        total = sum(seconds.values())
+        listed = ", ".join(f"{part} {value:.2f}" for part, value in seconds.items())
+        print(f"start-up of a {kind} attempt, median s (total {total:.1f}): {listed}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--minutes", type=float, default=10.0, help="Training time without faults.")
@@ -328,6 +352,8 @@ def main() -> None:
     warm = sum(log.read_text().count("runs in the warm standby step") for log in run.batch_logs())
     restarts = sum(1 for line in read_lines(run) if line.event == "end" and line.outcome != "completed")
     print(f"checkpoints found corrupt on resume: {len(corrupt)}; restarts: {restarts} ({warm} warm)")
+    startup = startup_parts(run)
+    print_startup(startup)
     if args.json:
         args.json.write_text(
             json.dumps(
@@ -339,6 +365,7 @@ def main() -> None:
                     "faults": [asdict(f) for f in soak.faults],
                     "split": msgspec.to_builtins(split),
                     "by_fault": {kind: msgspec.to_builtins(parts) for kind, parts in by_kind.items()},
+                    "startup": startup,
                 }
             )
         )

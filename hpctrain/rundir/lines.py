@@ -83,8 +83,8 @@ class EventLine(_Line, tag="event"):
     """A moment in the run (start, resumed, checkpoint, preempted, failed, done, worker_dropped...)."""
 
     event: str
-    """What happened: start, resumed, checkpoint, checkpoint_corrupt, preempted, failed, done, shrunk, grew,
-    straggler, worker_dropped.
+    """What happened: start, resumed, startup, checkpoint, checkpoint_corrupt, preempted, failed, done,
+    shrunk, grew, straggler, worker_dropped.
     """
     step: int | None = None
     """The step it happened at."""
@@ -121,7 +121,8 @@ class EventLine(_Line, tag="event"):
     reason: str | None = None
     """worker_dropped, straggler: why, in words."""
     detail: dict[str, Any] | None = None
-    """Fields this struct has no name for (kept, not lost)."""
+    """Fields this struct has no name for (kept, not lost); startup: rank 0's start-up parts in
+    seconds, `began` and `warm`."""
 
 
 class RankTimesLine(_Line, tag="ranks"):

@@ -19,7 +19,7 @@ from hpctrain import spec
 from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.names import COMPILE_CACHE
-from hpctrain.runtime import bootstrap, collective_timeout, heartbeat, logs, mesh, signals
+from hpctrain.runtime import bootstrap, collective_timeout, heartbeat, logs, mesh, signals, startup_times
 
 log = logging.getLogger("hpctrain.runtime")
 
@@ -81,6 +81,7 @@ def main() -> int:
     logs.write_pid(run_dir, info.rank)
     set_network_env(resolved)
     set_compile_cache_env(resolved, run_dir)
+    startup_times.mark("interpreter")
     try:
         return run(resolved, info, run_dir, signalled)
     except BaseException as error:
@@ -103,6 +104,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     import torch
     import torch.distributed as dist
 
+    startup_times.mark("torch")
     if resolved.parallel.ps is not None:
         from hpctrain.runtime import ps
 
@@ -111,9 +113,11 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         return 0
     from hpctrain.runtime.train import Trainer
 
+    startup_times.mark("runtime_imports")
     timeout_s = collective_timeout.collective_timeout_s(resolved.job.watchdog, resolved.job.train.timeout_s)
     collective_timeout.apply_nccl_env(run_dir, timeout_s, mesh.backend(resolved), torch.__version__)
     bootstrap.init_process_group(info, mesh.backend(resolved), timeout_s)
+    startup_times.mark("rendezvous")
     log.info(
         "rank %d/%d local %d node %d via %s, rendezvous %s:%d",
         info.rank,
@@ -125,6 +129,7 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
         info.master_port,
     )
     trainer = Trainer(resolved, info, run_dir, signalled)
+    startup_times.mark("build")
     log.info("strategy: %s", trainer.strategy.describe())
     try:
         status = trainer.run()

@@ -42,7 +42,7 @@ from hpctrain.rundir import (
     write_json,
 )
 from hpctrain.rundir.ports import job_ports
-from hpctrain.runtime import bootstrap
+from hpctrain.runtime import bootstrap, startup_times
 
 EXIT_BAD_NODES = 3
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
@@ -265,8 +265,11 @@ def judge(
 
 
 def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) -> int:
+    startup_times.mark("interpreter")
     import torch
     import torch.distributed as dist
+
+    startup_times.mark("torch")
 
     env = dict(os.environ)
     info = bootstrap.discover(env)
@@ -310,6 +313,7 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
     os.environ["MASTER_PORT"] = str(env.get("MASTER_PORT", ""))  # the training's own rendezvous
     if "MASTER_PORT" not in env:
         del os.environ["MASTER_PORT"]
+    startup_times.mark("preflight")
     return EXIT_BAD_NODES if verdict[0] else 0
 
 

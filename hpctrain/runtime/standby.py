@@ -33,6 +33,7 @@ from hpctrain.rundir import replace_bytes
 from hpctrain.rundir.names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
 from hpctrain.rundir.standby_go import global_rank, go_nodes, read_go
 from hpctrain.runtime.preflight import PREFLIGHT_DONE
+from hpctrain.runtime.startup_times import TAKEN_AT
 from hpctrain.spec.slurm_values import signal_name, standby_go_signal
 
 WARM_MODULES = (
@@ -114,7 +115,7 @@ def main(argv: list[str]) -> int:
     # The batch script counts these: a task that died in standby (its node lost and back) is
     # missing, and the attempt then starts cold instead of waiting at a rendezvous for it.
     announce(folder, STANDBY_TAKEN_PREFIX)
-    os.environ.update({**variables, **ranks, PREFLIGHT_DONE: "1"})
+    os.environ.update({**variables, **ranks, PREFLIGHT_DONE: "1", TAKEN_AT: f"{time.time():.3f}"})
     from hpctrain.runtime import logs
 
     logs.redirect(run.root, int(ranks["SLURM_PROCID"]))

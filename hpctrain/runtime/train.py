@@ -22,7 +22,16 @@ import torch
 import torch.distributed as dist
 
 from hpctrain.rundir import EventLine, MemoryLine, Result, RunDir, TrainLine
-from hpctrain.runtime import data, elastic, heartbeat, precision, signals, tensorboard_log, wandb_log
+from hpctrain.runtime import (
+    data,
+    elastic,
+    heartbeat,
+    precision,
+    signals,
+    startup_times,
+    tensorboard_log,
+    wandb_log,
+)
 from hpctrain.runtime.bootstrap import DistInfo
 from hpctrain.runtime.checkpoint import Checkpointer
 from hpctrain.runtime.memory_checkpoint import MemoryCheckpoints
@@ -223,6 +232,14 @@ class Trainer:
         log.info("resumed from %s at step %d", restored.path, self.step)
         self.metrics.event("resumed", step=self.step, path=str(restored.path), **common)
 
+    def _started(self) -> None:
+        """After the first step of this attempt: rank 0 records where its start-up went."""
+        startup_times.mark("first_step")
+        if self.rank == 0:
+            warm = bool(os.environ.get(startup_times.TAKEN_AT))
+            began = round(startup_times.began(), 3)
+            self.metrics.event("startup", detail={"began": began, "warm": warm, **startup_times.parts()})
+
     def _batch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = self.sampler.indices(self.position)
         batch = data.to_device(data.fetch(self.task.train_data, indices), self.strategy.device)
@@ -325,6 +342,7 @@ class Trainer:
     def run(self) -> str:
         """Train to ``train.steps`` or until preempted; returns "completed" or "preempted"."""
         self.resume()
+        startup_times.mark("restore")
         train = self.train
         self.strategy.train_mode(True)
         first_step = self.step
@@ -344,6 +362,8 @@ class Trainer:
             heartbeat.mark("optimizer")
             lr = self._optimizer_step()
             self.step += 1
+            if self.step == first_step + 1:
+                self._started()
             self.position = self.sampler.advance(self.position)
             if self.step % train.log_every == 0 or self.step == train.steps:
                 sync()

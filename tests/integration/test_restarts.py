@@ -22,6 +22,7 @@ import yaml
 
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History
+from hpctrain.runtime import startup_times
 from hpctrain.scheduler.slurm.facts import ClusterFacts, expedited_requeue
 from tests.conftest import REPO, run_cli
 from tests.integration import faults
@@ -159,6 +160,8 @@ def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tm
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
         ready = lambda: len(list(standby.glob("ready-node*"))) == 4  # noqa: E731
         assert wait_for(ready, timeout=240), logs(run)
+        cold_started = lambda: any(m.get("event") == "startup" for m in metrics(run))  # noqa: E731
+        assert wait_for(cold_started, timeout=120), logs(run)  # its first step is done
         assert latest_step(run) < 1000, "the job ran out of steps before its standby was ready"
         standby_step = {p.read_text() for p in standby.glob("ready-node*")}
         os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
@@ -175,6 +178,14 @@ def test_a_killed_rank_restarts_in_the_warm_standby_step(hpctrain_home: Path, tm
         second = history.lines[2]
         trained = [m for m in metrics(run) if m.get("kind") == "train" and m["time"] > second.time]
         assert trained, logs(run)
+        # Each attempt's start-up, part by part: the warm one counts from its take, after the kill,
+        # and has neither preflight nor a torch import of its own.
+        startups = [m["detail"] for m in metrics(run) if m.get("event") == "startup"]
+        assert [s["warm"] for s in startups] == [False, True], startups
+        cold, warm_start = startups
+        assert set(startup_times.PARTS) - {"preflight"} <= set(cold), startups
+        assert "preflight" not in warm_start and warm_start["began"] > killed, startups
+        assert all(seconds >= 0 for part, seconds in warm_start.items() if part not in ("began", "warm"))
         print(
             f"\nstandby step {standby_step}; relaunched {second.time - killed:.1f} s after the kill, "
             f"training again {trained[0]['time'] - killed:.1f} s after it"
