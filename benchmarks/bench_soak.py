@@ -225,7 +225,7 @@ def startup_parts(run: RunDir) -> dict[str, dict[str, float]]:
             continue
         detail = dict(line.detail)
         began, warm = float(detail.pop("began")), bool(detail.pop("warm"))
-        before = [t for t in starts if t <= began + 0.5]
+        before = [t for t in starts if t <= began + goodput.CLOCK_SLACK_S]  # nodes' clocks differ
         parts = {"launch": max(0.0, began - before[-1])} if before else {}
         for part, seconds in {**parts, **detail}.items():
             found.setdefault("warm" if warm else "cold", {}).setdefault(part, []).append(float(seconds))

@@ -61,11 +61,18 @@ def mark(part: str) -> None:
     _marks.setdefault(part, time.time())
 
 
-def parts() -> dict[str, float]:
-    """Seconds of each part marked so far, in the order passed: each from the mark before it."""
-    previous = began()
+def parts(since: float) -> dict[str, float]:
+    """Seconds of each part marked so far, in the order passed: each from the mark before it, the
+    first from `since`."""
+    previous = since
     out: dict[str, float] = {}
     for part, at in sorted(_marks.items(), key=lambda item: item[1]):
         out[part] = round(max(0.0, at - previous), 3)
         previous = max(previous, at)
     return out
+
+
+def summary() -> dict[str, float | bool]:
+    """The `startup` event's detail: `began`, `warm` and the seconds of each part."""
+    since = began()
+    return {"began": round(since, 3), "warm": bool(os.environ.get(TAKEN_AT)), **parts(since)}

@@ -236,9 +236,7 @@ class Trainer:
         """After the first step of this attempt: rank 0 records where its start-up went."""
         startup_times.mark("first_step")
         if self.rank == 0:
-            warm = bool(os.environ.get(startup_times.TAKEN_AT))
-            began = round(startup_times.began(), 3)
-            self.metrics.event("startup", detail={"began": began, "warm": warm, **startup_times.parts()})
+            self.metrics.event("startup", detail=startup_times.summary())
 
     def _batch(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         indices = self.sampler.indices(self.position)

@@ -17,7 +17,7 @@ def test_a_new_process_counts_from_its_own_start() -> None:
     code = (
         "import json, time; from hpctrain.runtime import startup_times as s;"
         "time.sleep(0.3); s.mark('torch'); s.mark('torch'); time.sleep(0.2); s.mark('rendezvous');"
-        "print(json.dumps([s.process_started(), s.parts()]))"
+        "print(json.dumps([s.process_started(), s.parts(s.began())]))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     after = time.time()
@@ -35,7 +35,11 @@ def test_a_warm_rank_counts_from_the_moment_it_took_the_attempt(monkeypatch: pyt
     monkeypatch.setattr(startup_times.time, "time", lambda: now)
     startup_times.mark("build")
     assert startup_times.began() == pytest.approx(now - 2, abs=0.001)
-    assert startup_times.parts() == {"build": pytest.approx(2.0, abs=0.002)}
+    assert startup_times.summary() == {
+        "began": pytest.approx(now - 2, abs=0.001),
+        "warm": True,
+        "build": pytest.approx(2.0, abs=0.002),
+    }
     monkeypatch.setenv(startup_times.TAKEN_AT, "not a time")
     assert startup_times.began() <= now  # falls back to the process start
 
