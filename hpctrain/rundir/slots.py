@@ -135,7 +135,9 @@ def _finite(value: float) -> float:
 
 
 def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
-    """Slot `index` of a slot file's bytes; None when unused, out of range or not a slot (total)."""
+    """Slot `index` of a slot file's bytes; None when unused, out of range, not a slot, or not yet
+    ticked (a rank writes its slot's identity last; a slot that has it without a tick is half
+    written, and its rank is starting, not silent since time 0). Total."""
     start = HEADER_SIZE + index * SLOT_SIZE
     if index < 0 or start + SLOT_SIZE > len(buffer):
         return None
@@ -144,11 +146,13 @@ def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
         return None
     code, step, phase_since, step_since, step_s = PROGRESS.unpack_from(buffer, start + PROGRESS_AT)
     (alive,) = ALIVE.unpack_from(buffer, start + ALIVE_AT)
+    if not _finite(alive) > 0:
+        return None
     step_s = _finite(step_s)
     beat = RankBeat(
         step=step,
         phase=PHASES[code] if 0 <= code < len(PHASES) else UNKNOWN_PHASE,
-        time=_finite(alive),
+        time=alive,
         phase_since=_finite(phase_since),
         step_since=_finite(step_since),
         step_s=step_s if step_s >= 0 else None,

@@ -90,8 +90,12 @@ class RankHeartbeat:
         self._last_write = 0.0
         self._stop = threading.Event()
         self._stack_output: IO[str] | None = None
-        put(self._map, self._offset, IDENT, MAGIC, where.rank, self._pid)
+        # The slot's identity goes in last: a reader (the node's writer, the watchdog) that sees
+        # it sees a rank in start-up that ticked just now, never a rank at step 0 that last ticked
+        # at time 0 (the watchdog named such a starting rank hung, silent since 1970).
         self.mark("startup")
+        put(self._map, self._offset + ALIVE_AT, ALIVE, time.time())
+        put(self._map, self._offset, IDENT, MAGIC, where.rank, self._pid)
         self.tick(time.time())
 
     def mark(self, phase: str, step: int | None = None) -> None:

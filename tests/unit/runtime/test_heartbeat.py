@@ -78,8 +78,11 @@ def test_any_slot_content_decodes_to_its_fields(
     PROGRESS.pack_into(buffer, start + PROGRESS_AT, code, step, phase_since, step_since, step_s)
     ALIVE.pack_into(buffer, start + ALIVE_AT, alive)
     slot = decode_slot(bytes(buffer), index)
+    if not (alive == alive and 0 < alive < float("inf")):
+        assert slot is None  # identity without a tick: a slot its rank is still claiming
+        return
     assert slot is not None
-    assert (slot.rank, slot.pid, slot.beat.step) == (rank, pid, step)
+    assert (slot.rank, slot.pid, slot.beat.step, slot.beat.time) == (rank, pid, step, alive)
     assert slot.beat.phase == (PHASES[code] if 0 <= code < len(PHASES) else "unknown")
     for value in (slot.beat.phase_since, slot.beat.step_since, slot.beat.time):
         assert value == value and abs(value) != float("inf")  # non-finite reads as 0
@@ -101,6 +104,29 @@ def test_slot_layout_fits_and_does_not_overlap() -> None:
     assert decode_slot(bytes(FILE_SIZE), 0) is None  # zero-filled: unused
     assert decode_slot(bytes(FILE_SIZE), -1) is None
     assert decode_slot(bytes(FILE_SIZE), 10**6) is None
+
+
+def test_a_slot_being_claimed_never_reads_as_a_rank_silent_since_time_0(
+    slot_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader between any two writes of a starting rank sees its slot unused, or the rank in
+    start-up having just ticked (the identity first, then the rest: the watchdog read step 0,
+    last tick at time 0, and ended a starting job as hung)."""
+    seen: list[list[tuple[int, int, str, float]]] = []
+    real_put = heartbeat.put
+
+    def put_then_read(buffer: mmap.mmap, offset: int, layout: object, *values: object) -> None:
+        real_put(buffer, offset, layout, *values)  # type: ignore[arg-type]
+        seen.append([(s.rank, s.beat.step, s.beat.phase, s.beat.time) for s in decode_slots(buffer)])
+
+    monkeypatch.setattr(heartbeat, "put", put_then_read)
+    before = time.time()
+    RankHeartbeat(where(tmp_path, rank=3, local_rank=1))
+    assert len(seen) >= 3 and seen[-1], seen
+    for reading in seen:
+        assert all(
+            (rank, step, phase) == (3, -1, "startup") and t >= before for rank, step, phase, t in reading
+        ), seen
 
 
 def test_marks_steps_and_durations(slot_dir: Path, tmp_path: Path) -> None:
