@@ -260,6 +260,12 @@ def main() -> None:
         "--no-warm-standby", dest="warm_standby", action="store_false", help="Restarts start cold."
     )
     parser.add_argument(
+        "--launcher",
+        choices=("srun", "fork"),
+        default="fork",
+        help="The DDP job's launcher: fork (a task per node imports torch once and forks its ranks) or srun.",
+    )
+    parser.add_argument(
         "--ps",
         action="store_true",
         help="Soak the digits parameter-server hetjob (async): a killed worker, then a killed server.",
@@ -291,6 +297,7 @@ def main() -> None:
             "restart.max=100",
             "restart.exclude_failed_nodes=false",
             f"restart.warm_standby={'true' if args.warm_standby else 'false'}",
+            f"launcher={args.launcher}",
             f"watchdog.hang_timeout={args.hang_timeout:g}",
             f"watchdog.stopped_timeout={args.stopped_timeout:g}",
             f"watchdog.heartbeat_interval={args.heartbeat_interval:g}",

@@ -28,6 +28,7 @@ import signal
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from hpctrain.rundir import replace_bytes
 from hpctrain.rundir.names import STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
@@ -35,6 +36,9 @@ from hpctrain.rundir.standby_go import global_rank, go_nodes, read_go
 from hpctrain.runtime.preflight import PREFLIGHT_DONE
 from hpctrain.runtime.startup_times import TAKEN_AT
 from hpctrain.spec.slurm_values import signal_name, standby_go_signal
+
+if TYPE_CHECKING:
+    from hpctrain.spec import Resolved
 
 WARM_MODULES = (
     "torch",
@@ -47,6 +51,11 @@ WARM_MODULES = (
 imports at its top level is warm too (imports inside its functions are not)."""
 
 
+def warm_modules(resolved: Resolved) -> tuple[str, ...]:
+    """WARM_MODULES (torch first), then the job's task module."""
+    return (*WARM_MODULES, resolved.job.train.entrypoint.partition(":")[0])
+
+
 def warm_up(modules: tuple[str, ...]) -> None:
     """Import what the rank will need. A module that fails to import is left for the rank to
     report: the standby only waits."""
@@ -55,6 +64,15 @@ def warm_up(modules: tuple[str, ...]) -> None:
             importlib.import_module(name)
         except Exception:
             return
+
+
+def run_as_main(module: str, args: list[str]) -> None:
+    """Run MODULE in this process as ``python -m MODULE ARG...`` would. The warm-up may have imported
+    it already (the runtime imports preflight): runpy runs a fresh copy as ``__main__`` either way, and
+    dropping the imported one keeps it from warning that it did."""
+    sys.modules.pop(module, None)
+    sys.argv = [module, *args]
+    runpy.run_module(module, run_name="__main__", alter_sys=True)
 
 
 def rank_variables(go: dict[str, str], env: dict[str, str] | os._Environ[str]) -> dict[str, str] | None:
@@ -106,7 +124,7 @@ def main(argv: list[str]) -> int:
     signal.pthread_sigmask(signal.SIG_BLOCK, {go})
     signal.signal(signal.Signals["SIG" + signal_name(preemption)], signal.SIG_IGN)
     started = time.monotonic()
-    warm_up((*WARM_MODULES, resolved.job.train.entrypoint.partition(":")[0]))
+    warm_up(warm_modules(resolved))
     announce(folder, STANDBY_READY_PREFIX)
     variables = wait_for_go(folder, go)
     ranks = rank_variables(variables, os.environ) if variables is not None else None
@@ -124,8 +142,7 @@ def main(argv: list[str]) -> int:
     signal.signal(go, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {go})
     print(f"hpctrain: warm start after {time.monotonic() - started:.1f} s in standby", file=sys.stderr)
-    sys.argv = [argv[0], *argv[1:]]
-    runpy.run_module(argv[0], run_name="__main__", alter_sys=True)
+    run_as_main(argv[0], argv[1:])
     return 0
 
 

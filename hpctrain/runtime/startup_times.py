@@ -17,6 +17,8 @@ import time
 
 TAKEN_AT = "HPCTRAIN_TAKEN_AT"
 """Set by a warm standby when it takes an attempt: its process started long before."""
+STARTED_AT = "HPCTRAIN_STARTED_AT"
+"""Set by ``fork_ranks`` in the ranks it forks: their start-up began with its process, not theirs."""
 
 PARTS = (
     "interpreter",
@@ -48,12 +50,14 @@ def process_started() -> float:
 
 
 def began() -> float:
-    """What the parts count from: the standby's take of the attempt, else the process start."""
-    taken = os.environ.get(TAKEN_AT)
-    try:
-        return float(taken) if taken else process_started()
-    except ValueError:
-        return process_started()
+    """What the parts count from: the standby's take of the attempt, else the start of the process
+    that forked this rank, else this process's start."""
+    for variable in (TAKEN_AT, STARTED_AT):
+        try:
+            return float(os.environ[variable])
+        except (KeyError, ValueError):
+            continue
+    return process_started()
 
 
 def mark(part: str) -> None:

@@ -298,6 +298,7 @@ def context(
         "batch": batch_options(resolved, run_dir, array_offset),
         "world_size": resolved.world_size,
         "tasks_per_node": job.resources.ntasks_per_node,
+        "fork_cpus_per_task": job.resources.ntasks_per_node * job.resources.cpus_per_task,
         "run_dir": slurm_directive_path(run_dir),
         "python": python or job.python or site.python or sys.executable,
         "env": env_items(environment_vars),
@@ -316,7 +317,10 @@ def context(
         # Parameter-server steps too: the watchdog gives up on a lost worker alone (supervisor/components.py).
         "watchdog": job.watchdog.enabled,
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
-        "standby": job.restart.warm_standby and job.restart.max > 0 and job.launcher == "srun" and ps is None,
+        "standby": job.restart.warm_standby
+        and job.restart.max > 0
+        and job.launcher in ("srun", "fork")
+        and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
         "expedited_requeue": expedited(resolved),
         "container": container_launch(

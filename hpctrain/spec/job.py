@@ -469,9 +469,10 @@ class JobSpec(Base):
     """The training the runtime does."""
     resources: Resources = Resources()
     """What to ask Slurm for."""
-    launcher: Literal["srun", "torchrun", "mpi"] = "srun"
-    """srun: one task per GPU; torchrun: one torchrun per node; mpi: srun with the site's MPI plugin, ranks
-    from mpi4py.
+    launcher: Literal["srun", "fork", "torchrun", "mpi"] = "srun"
+    """srun: one task per GPU; fork: one srun task per node imports torch, the runtime and the task module
+    once, then forks one rank per GPU (a cold start costs one import per node, not one per rank); torchrun:
+    one torchrun per node; mpi: srun with the site's MPI plugin, ranks from mpi4py.
     """
     env: dict[str, EnvValue] = {}
     """Environment variables for every task."""

@@ -167,15 +167,25 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
             f"{job_origin}: container.runtime: site {site.name} has no {runtime} "
             f"(its container_runtimes: {', '.join(site.container_runtimes) or 'none'}; see hpctrain doctor)"
         )
-    if res.gpus_per_node and res.tasks_per_node not in (None, res.gpus_per_node) and (job.launcher == "srun"):
+    if (
+        res.gpus_per_node
+        and res.tasks_per_node not in (None, res.gpus_per_node)
+        and job.launcher in ("srun", "fork")
+    ):
         raise SpecError(
-            f"{job_origin}: resources.tasks_per_node: the srun launcher runs one task per GPU "
+            f"{job_origin}: resources.tasks_per_node: the {job.launcher} launcher runs one rank per GPU "
             f"({res.gpus_per_node}), got {res.tasks_per_node}"
         )
     world_size = res.nodes * res.ntasks_per_node
     dims = job.train.parallel_dims
     if dims.ps is not None:
         ps = dims.ps
+        if job.launcher == "fork":
+            # A parameter-server job goes on when a worker dies; a forked node ends with its first rank.
+            raise SpecError(
+                f"{job_origin}: launcher: fork does not run parameter-server jobs (train.parallel.ps); "
+                "use srun"
+            )
         if ps.heterogeneous and not site.heterogeneous_jobs:
             raise SpecError(
                 f"{job_origin}: train.parallel.ps.heterogeneous: site {site.name} does not allow "

@@ -124,18 +124,30 @@ def test_killed_rank_is_relaunched_in_place_and_completes(hpctrain_home: Path, t
         subprocess.run(["scancel", job_id], check=False)
 
 
-@pytest.mark.parametrize("launcher", ["torchrun", "mpi"])
+def parent_of(pid: int) -> tuple[int, str]:
+    """The parent's pid and command line of a process on this host."""
+    parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    return parent, Path(f"/proc/{parent}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+
+
+@pytest.mark.parametrize("launcher", ["fork", "torchrun", "mpi"])
 def test_a_killed_rank_is_relaunched_under_the_other_launchers(
     launcher: str, hpctrain_home: Path, tmp_path: Path
 ) -> None:
-    """The supervisor's loop is the launchers' own: under torchrun (one agent per node) and mpi the
-    killed rank's step ends too, and the next attempt resumes in the same allocation."""
+    """The supervisor's loop is the launchers' own: under fork (one task per node forks its ranks),
+    torchrun (one agent per node) and mpi the killed rank's step ends too, and the next attempt
+    resumes in the same allocation."""
     train = {"steps": 200, "checkpoint_every": 20}
     job_id, run = submit_two_by_two(tmp_path, f"restart-{launcher}", train, launcher=launcher)
     try:
         wait_state(job_id, {"RUNNING"}, timeout=QUEUE_S)
         assert wait_for(lambda: latest_step(run) >= 30, timeout=240), logs(run)
-        os.kill(int((run / "pids" / "rank-1").read_text()), signal.SIGKILL)
+        pids = [int((run / "pids" / f"rank-{rank}").read_text()) for rank in range(4)]
+        if launcher == "fork":  # a node's two ranks are forked by one task that imported torch for both
+            parents = [parent_of(pid) for pid in pids]
+            assert parents[0] == parents[1] and parents[2] == parents[3] != parents[0], parents
+            assert "hpctrain.runtime.fork_ranks 2" in parents[0][1], parents
+        os.kill(pids[1], signal.SIGKILL)
         final = wait_state(job_id, set(), timeout=400)
         assert final["state"] == "COMPLETED", logs(run)
         assert [outcome for outcome, _ in ends(run)] == ["rank_failure", "completed"], ends(run)
@@ -143,6 +155,14 @@ def test_a_killed_rank_is_relaunched_under_the_other_launchers(
         resumed = events(run, "resumed")
         assert resumed and resumed[-1]["step"] >= 20, resumed
         assert json.loads((run / "result.json").read_text())["step"] == 200
+        if launcher == "fork":
+            for rank in range(4):  # srun's place for each rank, in its own log
+                local, node = rank % 2, rank // 2
+                assert f"rank {rank}/4 local {local} node {node} via srun" in (
+                    run / "logs" / f"rank-{rank}.log"
+                ).read_text(), rank
+            startups = [e["detail"] for e in events(run, "startup")]
+            assert len(startups) == 2 and all(s["torch"] > 0 and not s["warm"] for s in startups), startups
     finally:
         subprocess.run(["scancel", job_id], check=False)
 

@@ -88,7 +88,8 @@ SITE_FIELDS = [
 ]  # fmt: skip
 # Values each field accepts, so that a good share of the examples render and reach the shell checks.
 VALID: dict[str, list[Any]] = {
-    "name": ["a", "job.1", "x-y_z"], "launcher": ["srun", "torchrun", "mpi"], "array": ["0-3%2", "1,2"],
+    "name": ["a", "job.1", "x-y_z"], "launcher": ["srun", "fork", "torchrun", "mpi"],
+    "array": ["0-3%2", "1,2"],
     "dependency": ["afterok:12", "afterany:1:2"], "begin": ["now+1hour", "2026-01-31T08:00:00"],
     "comment": ["two words", "x"], "mail_user": ["me@example.org"], "mail_type": [["END", "FAIL"], ["ALL"]],
     "resources.time": ["00:10:00", "30", "1:30"], "resources.mem": ["1G", "2000M"],

@@ -269,7 +269,7 @@ def test_arithmetic_payload_in_env_value_stays_inert(tmp_path: Path) -> None:
             "train.parallel: 'fsdp2' is not one of ddp, fsdp, tp, pp, ps, or a mapping of its fields; "
             "did you mean 'fsdp'?",
         ),
-        (["launcher=srnu"], "launcher: 'srnu' is not one of srun, torchrun, mpi; did you mean 'srun'?"),
+        (["launcher=srnu"], "launcher: 'srnu' is not one of srun, fork, torchrun, mpi; did you mean 'srun'?"),
         (["restart.on=[hnag]"], "restart.on[0]: 'hnag' is not one of hang, rank_failure, node_failure"),
         (["env.FOO=[1, 2]"], "env.FOO: Expected `bool | int | float | str`, got `array`"),
         (
