@@ -39,7 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from hpctrain.rundir import AttemptLine, EventLine, RunDir, TrainLine, decode_line, goodput  # noqa: E402
-from hpctrain.rundir.attempts import read_lines  # noqa: E402
+from hpctrain.rundir.attempts import CLOCK_SLACK_S, read_lines  # noqa: E402
 from tests.integration import faults  # noqa: E402
 from tests.integration.cluster import status, submit  # noqa: E402
 
@@ -225,7 +225,7 @@ def startup_parts(run: RunDir) -> dict[str, dict[str, float]]:
             continue
         detail = dict(line.detail)
         began, warm = float(detail.pop("began")), bool(detail.pop("warm"))
-        before = [t for t in starts if t <= began + goodput.CLOCK_SLACK_S]  # nodes' clocks differ
+        before = [t for t in starts if t <= began + CLOCK_SLACK_S]  # nodes' clocks differ
         parts = {"launch": max(0.0, began - before[-1])} if before else {}
         for part, seconds in {**parts, **detail}.items():
             found.setdefault("warm" if warm else "cold", {}).setdefault(part, []).append(float(seconds))

@@ -25,6 +25,10 @@ from hpctrain.rundir import (
     tail_lines,
 )
 
+# A file or line written within this much before an attempt's start line still counts as the
+# attempt's: the start line is timed on the batch node, the files are written on the ranks' nodes.
+CLOCK_SLACK_S = 1.0
+
 
 class Outcome(str, Enum):  # enum.StrEnum from Python 3.11 on; the package still runs on 3.10
     """How an attempt ended (the `outcome` of an end line of attempts.jsonl)."""

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from hpctrain.rundir.attempts import History, Outcome
+from hpctrain.rundir.attempts import CLOCK_SLACK_S, History, Outcome
 from hpctrain.rundir.io import decode_line, whole_lines
 from hpctrain.rundir.lines import EventLine, TrainLine
 from hpctrain.rundir.run_dir import RunDir
@@ -41,10 +41,9 @@ LABELS = {
     "checkpoint": "checkpoint blocking",
     "detection": "detection (fault to decision)",
 }
-# A line of the metrics file belongs to the attempt whose start line came before it; the start line
-# is timed on the batch node, the metrics lines on rank 0's node. A line written before the previous
-# attempt's end line is that attempt's, however close the restart (a restart can take under a second).
-CLOCK_SLACK_S = 1.0
+# A line of the metrics file belongs to the attempt whose start line came before it, by up to
+# CLOCK_SLACK_S. A line written before the previous attempt's end line is that attempt's, however
+# close the restart (a restart can take under a second).
 # Outcomes after which the job went back to the queue: what follows until the next allocation is
 # scheduling, not start-up.
 REQUEUED = (Outcome.PREEMPTED, Outcome.PREFLIGHT)

@@ -83,6 +83,10 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Parameter server: each worker's end, by worker index."""
 
 
+SIGNALLED = "signal"
+"""FailureReport.error_type of a rank that a signal ended, which could not report itself."""
+
+
 class FailureReport(msgspec.Struct, kw_only=True):
     """failures/rank-N.json: who failed, where, and why (the runtime's own error text)."""
 
@@ -91,9 +95,9 @@ class FailureReport(msgspec.Struct, kw_only=True):
     hostname: str = ""
     """The node it ran on."""
     error_type: str = ""
-    """The exception's class name."""
+    """The exception's class name; `signal` when a signal ended the rank (written by the fork launcher)."""
     message: str = ""
-    """The exception's text (at most 2,000 characters)."""
+    """The exception's text (at most 2,000 characters); for `signal`, the signal as srun words it (Killed)."""
     where: str | None = None
     """`file:line in function: code` of the innermost frame."""
     time: float | None = None

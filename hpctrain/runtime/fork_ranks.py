@@ -91,7 +91,7 @@ class Ranks:
         timer.daemon = True
         timer.start()
 
-    def wait(self) -> int:
+    def wait(self, per_node: int) -> int:
         """Until every rank has ended: 0, or the status of the first that failed."""
         while True:
             try:
@@ -99,11 +99,37 @@ class Ranks:
             except ChildProcessError:
                 return self.failure or 0
             with self.lock:
-                known = self.children.pop(pid, None) is not None
+                local = self.children.pop(pid, None)
             code = exit_status(status)
-            if known and code and self.failure is None:
+            if local is not None and code and self.failure is None:
                 self.failure = code
+                if os.WIFSIGNALED(status):
+                    report_signal(os.environ, per_node, local, os.WTERMSIG(status))
                 self.end_the_others()
+
+
+def report_signal(env: Mapping[str, str], per_node: int, local: int, signum: int) -> None:
+    """``failures/rank-N.json`` for a rank a signal ended (kill -9, the OOM killer, a crash in C):
+    srun only sees this task's exit status, and the rank could not report itself."""
+    run_dir = env.get("HPCTRAIN_RUN_DIR")
+    if not run_dir:
+        return
+    from hpctrain.rundir import FailureReport, RunDir
+    from hpctrain.rundir.structs import SIGNALLED
+
+    attempt = env.get("HPCTRAIN_ATTEMPT", "")
+    report = FailureReport(
+        rank=int(rank_variables(env, per_node, local)["SLURM_PROCID"]),
+        hostname=env.get("SLURMD_NODENAME", ""),
+        error_type=SIGNALLED,
+        message=signal.strsignal(signum) or f"signal {signum}",
+        time=time.time(),
+        attempt=int(attempt) if attempt.isdigit() else None,
+    )
+    try:
+        RunDir(run_dir).write_failure(report)
+    except OSError as error:
+        print(f"hpctrain: could not report rank {report.rank}'s end: {error}", file=sys.stderr)
 
 
 def become_rank(variables: dict[str, str], started: float, module: str, args: list[str]) -> int:
@@ -170,7 +196,21 @@ def main(argv: list[str]) -> int:
             ranks.children[pid] = local
     signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
     print(f"hpctrain: {per_node} ranks forked after {time.time() - started:.1f} s", file=sys.stderr)
-    return ranks.wait()
+    status = ranks.wait(per_node)
+    forget_slots(os.environ)
+    return status
+
+
+def forget_slots(env: Mapping[str, str]) -> None:
+    """Remove this node's heartbeat slot and stack files once its ranks have ended: the watchdog, on
+    the batch node, removes only its own node's."""
+    run_dir, node = env.get("HPCTRAIN_RUN_DIR"), env.get("SLURMD_NODENAME")
+    if run_dir and node:
+        from hpctrain.rundir import slots
+
+        slots.remove_node_files(
+            Path(run_dir), env.get("SLURM_JOB_ID", ""), slots.current_attempt(dict(env)), node
+        )
 
 
 if __name__ == "__main__":

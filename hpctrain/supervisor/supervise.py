@@ -39,6 +39,7 @@ from hpctrain.rundir import (
     tail_lines,
 )
 from hpctrain.rundir.attempts import (
+    CLOCK_SLACK_S,
     FAULTS,
     MAX_LAUNCH_RETRIES,
     History,
@@ -52,6 +53,7 @@ from hpctrain.rundir.attempts import (
 )
 from hpctrain.rundir.ports import job_ports
 from hpctrain.rundir.standby_go import global_rank
+from hpctrain.rundir.structs import SIGNALLED
 from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
@@ -347,11 +349,6 @@ def global_ranks(tasks: list[FailedTask], start: AttemptLine) -> list[FailedTask
     return renamed
 
 
-# A file written within this much before an attempt's start line still counts as the attempt's:
-# the start line is timed on the batch node, the files may be written by other nodes.
-CLOCK_SLACK_S = 1.0
-
-
 def this_attempt(report: object, start: AttemptLine) -> bool:
     """A report written during the attempt (older ones are a previous attempt's, not yet moved)."""
     when = getattr(report, "time", None)
@@ -389,8 +386,11 @@ def read_step_end(run: RunDir, status: int, start: AttemptLine, allocation: list
     if isinstance(hang, HangReport) and this_attempt(hang, start):
         end.hang = hang
     reports = [f for f in run.read_failures() if isinstance(f, FailureReport)]
-    end.failures = [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
-    end.killed = [t for t in attempt_task_errors(run, start) if t.error in KILLED_FROM_OUTSIDE]
+    reports = [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
+    # A rank that a signal ended cannot report itself: srun names it, or the fork launcher does.
+    end.failures = [f for f in reports if f.error_type != SIGNALLED]
+    signalled = [FailedTask(str(f.rank), f.hostname, f.message) for f in reports if f.error_type == SIGNALLED]
+    end.killed = [t for t in attempt_task_errors(run, start) + signalled if t.error in KILLED_FROM_OUTSIDE]
     end.lost_nodes = lost_nodes(start.nodes, allocation)
     return end
 

@@ -156,11 +156,15 @@ def test_a_killed_rank_is_relaunched_under_the_other_launchers(
         assert resumed and resumed[-1]["step"] >= 20, resumed
         assert json.loads((run / "result.json").read_text())["step"] == 200
         if launcher == "fork":
+            # srun saw the node's task exit 137; its report names the rank the signal ended.
+            reason = History.read(RunDir(run)).lines[1].reason
+            assert reason.startswith("rank 1 on node1: Killed"), reason
             for rank in range(4):  # srun's place for each rank, in its own log
                 local, node = rank % 2, rank // 2
-                assert f"rank {rank}/4 local {local} node {node} via srun" in (
-                    run / "logs" / f"rank-{rank}.log"
-                ).read_text(), rank
+                assert (
+                    f"rank {rank}/4 local {local} node {node} via srun"
+                    in (run / "logs" / f"rank-{rank}.log").read_text()
+                ), rank
             startups = [e["detail"] for e in events(run, "startup")]
             assert len(startups) == 2 and all(s["torch"] > 0 and not s["warm"] for s in startups), startups
     finally:

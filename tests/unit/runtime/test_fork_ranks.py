@@ -54,8 +54,8 @@ def test_the_ranks_of_every_node_are_srun_s_block_distribution(nodes: int, per_n
     assert sorted(seen) == list(range(nodes * per_node))
 
 
-def launch(tmp_path: Path, per_node: int, env: dict[str, str]) -> subprocess.Popen[bytes]:
-    (tmp_path / "rank_module.py").write_text(RANK)
+def launch(tmp_path: Path, per_node: int, env: dict[str, str], rank: str = RANK) -> subprocess.Popen[bytes]:
+    (tmp_path / "rank_module.py").write_text(rank)
     out = tmp_path / "out"
     out.mkdir(exist_ok=True)
     child_env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "HPCTRAIN_"))} | {
@@ -140,3 +140,45 @@ def test_a_wrong_command_line_is_a_usage_error(tmp_path: Path) -> None:
             [sys.executable, "-m", "hpctrain.runtime.fork_ranks", *argv], capture_output=True, text=True
         )
         assert proc.returncode == 2 and proc.stderr.startswith("usage:"), argv
+
+
+JOB_RANK = """
+import json, os, sys
+from pathlib import Path
+from hpctrain.runtime import startup_times
+seen = {"torch": "torch" in sys.modules, "marks": sorted(startup_times._marks),
+        "started_at": os.environ.get(startup_times.STARTED_AT)}
+print("rank", os.environ["SLURM_PROCID"], "says hello")
+Path(os.environ["OUT"], "rank-" + os.environ["SLURM_PROCID"] + ".json").write_text(json.dumps(seen))
+"""
+
+
+def test_a_job_s_node_task_imports_torch_once_for_its_ranks_and_clears_its_node_s_slots(
+    tmp_path: Path,
+) -> None:
+    from hpctrain import spec
+    from hpctrain.rundir import RunDir, slots
+
+    run = RunDir(tmp_path / "run")
+    run.root.mkdir()
+    jobs, sites = REPO / "jobs", REPO / "site-configs"
+    resolved = spec.resolve(
+        spec.load_job(jobs / "digits-ddp.yaml", []), spec.load_site(sites / "local.yaml"), "digits", "local"
+    )
+    run.spec.write_bytes(spec.dumps(resolved))
+    shm = tmp_path / "shm"
+    shm.mkdir()
+    env = {"HPCTRAIN_RUN_DIR": str(run.root), "HPCTRAIN_HEARTBEAT_DIR": str(shm), "SLURM_JOB_ID": "77"}
+    env |= {"HPCTRAIN_ATTEMPT": "2", "SLURMD_NODENAME": "nodeX"}
+    slot = slots.slot_path(run.root, "77", 2, "nodeX")
+    slot.write_bytes(b"x")
+    slots.stack_file(slot, 3).write_text("stacks")
+    before = time.time()
+    proc = launch(tmp_path, 2, env, JOB_RANK)
+    assert proc.wait(timeout=120) == 0
+    ranks = records(tmp_path, 2)
+    assert all(r["torch"] for r in ranks)  # imported by the node's task, before the fork
+    assert all({"interpreter", "torch", "runtime_imports"} <= set(r["marks"]) for r in ranks)  # type: ignore[arg-type]
+    assert all(before - 5 < float(r["started_at"]) <= before + 60 for r in ranks)  # type: ignore[arg-type]
+    assert "rank 3 says hello" in run.rank_log(3).read_text()  # each rank's own log
+    assert not list(shm.iterdir())  # the node's slot and stack files are gone with its ranks

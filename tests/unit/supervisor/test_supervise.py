@@ -517,3 +517,24 @@ def test_the_first_start_of_an_allocation_records_when_it_began(tmp_path: Path, 
     append_line(run.attempts, end(0, "rank_failure"))
     job.act(History.read(run), History.read(run).lines[-1])
     assert History.read(run).lines[-1].event == "start" and History.read(run).lines[-1].allocated is None
+
+
+def test_a_rank_the_fork_launcher_saw_killed_is_blamed_as_srun_would_name_it(tmp_path: Path) -> None:
+    # Under launcher fork srun sees only the node's task exit 137; the launcher reports which rank
+    # a signal ended, and that rank is blamed, not rank 0 that lost its peer.
+    from hpctrain.runtime.fork_ranks import report_signal
+
+    run = with_batch_log(
+        tmp_path,
+        "hpctrain: attempt 0 on node1,node2, rendezvous node1:1",
+        "srun: error: node1: task 0: Exited with exit code 137",
+    )
+    begun = start(0)
+    run.write_failure(failure(0, "RuntimeError: Connection reset by peer", 40, begun.time + 2))
+    env = {"HPCTRAIN_RUN_DIR": str(tmp_path), "HPCTRAIN_ATTEMPT": "0", "SLURMD_NODENAME": "node1"}
+    report_signal({**env, "SLURM_NODEID": "0", "SLURM_STEP_NUM_NODES": "2"}, 2, 1, 9)
+    end = supervise.read_step_end(run, 137, begun, NODES)
+    assert [f.rank for f in end.failures] == [0] and end.killed == [FailedTask("1", "node1", "Killed")]
+    line = classify(end, begun, History())
+    assert line.outcome == "rank_failure" and line.reason.startswith("rank 1 on node1: Killed"), line.reason
+    assert not line.error  # a kill is no bug: the same step may fail so again and still be retried
