@@ -328,8 +328,8 @@ class Restart(Base):
     """Fewest nodes to go on with when shrinking; default: 1."""
     warm_standby: bool = False
     """Keep a second srun step ready on the attempt's nodes, its tasks with torch and the runtime already
-    imported, so that a restart on the same nodes skips start-up (srun launcher). Costs one more process
-    per rank (host memory) and its imports' CPU once per attempt.
+    imported, so that a restart on the same nodes skips start-up (srun and fork launchers). Costs one more
+    process per rank (host memory) and its imports' CPU once per attempt.
     """
     standby_delay: NonNegative = 60.0
     """Seconds at the most that the warm standby waits for the attempt beside it to train (every rank has

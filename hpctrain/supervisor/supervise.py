@@ -323,7 +323,11 @@ def latest_step(run: RunDir) -> int | None:
 
 def attempt_task_errors(run: RunDir, start: AttemptLine) -> list[FailedTask]:
     """srun's error lines about the tasks of the attempt: those after its line in the batch log,
-    each named by its global rank (a warm attempt runs a step per node, whose tasks count from 0)."""
+    each named by its global rank (a warm attempt runs a step per node, whose tasks count from 0).
+
+    Of a warm attempt, only the first failed step's: standby_steps ends the other nodes' steps once
+    that one has ended (its srun has written its errors by then), and srun kills their tasks with
+    SIGKILL, which it reports as `Killed` like a kill -9 from outside."""
     marker = f"hpctrain: attempt {start.attempt} on "
     for log in run.batch_logs():
         lines = tail_lines(log, 400)
@@ -331,8 +335,10 @@ def attempt_task_errors(run: RunDir, start: AttemptLine) -> list[FailedTask]:
         if starts:
             after = lines[starts[-1] + 1 :]
             tasks = srun_task_errors(after)
-            warm = f"hpctrain: attempt {start.attempt} {WARM_STEPS}"
-            return global_ranks(tasks, start) if warm in after else tasks
+            if f"hpctrain: attempt {start.attempt} {WARM_STEPS}" not in after:
+                return tasks
+            first_node = tasks[0].node if tasks else ""
+            return global_ranks([task for task in tasks if task.node == first_node], start)
     return []
 
 

@@ -193,15 +193,33 @@ def test_the_tasks_of_a_warm_attempt_are_named_by_global_rank(tmp_path: Path) ->
         tmp_path,
         "hpctrain: attempt 2 on node3,node1, rendezvous node3:1",
         "hpctrain: attempt 2 runs in the warm standby steps",
-        "srun: error: node1: task 1: Killed",
-        "srun: error: node3: tasks 0-1: Terminated",
+        "srun: error: node1: tasks 0-1: Killed",
     )
     found = attempt_task_errors(run, attempt_on(2, "node3", "node1"))
-    assert found == [
-        FailedTask("3", "node1", "Killed"),
-        FailedTask("0", "node3", "Terminated"),
-        FailedTask("1", "node3", "Terminated"),
-    ]
+    assert found == [FailedTask("2", "node1", "Killed"), FailedTask("3", "node1", "Killed")]
+
+
+def test_the_other_steps_of_a_warm_attempt_killed_in_its_teardown_are_not_blamed(tmp_path: Path) -> None:
+    # Seen in the soak: rank 2 on node2 killed with -9; standby_steps then ended node1's step, whose
+    # srun killed its tasks (SIGKILL) and said Killed too. Rank 0 was blamed beside rank 2.
+    run = with_batch_log(
+        tmp_path,
+        "hpctrain: attempt 5 on node1,node2, rendezvous node1:25053 (preflight :61937)",
+        "hpctrain: attempt 5 runs in the warm standby steps",
+        "srun: error: node2: task 0: Killed",
+        "srun: launch/slurm: _step_signal: Terminating StepId=8.1",
+        "srun: error: node2: task 1: Terminated",
+        "srun: Force Terminated StepId=8.1",
+        "srun: forcing job termination",
+        "srun: error: node1: tasks 0-1: Killed",
+        "hpctrain: step ended with exit code 143",
+    )
+    found = attempt_task_errors(run, attempt_on(5, "node1", "node2"))
+    assert found == [FailedTask("2", "node2", "Killed"), FailedTask("3", "node2", "Terminated")]
+    reports = [failure(1, "RuntimeError: Connection reset by peer", 9, 102.0)]
+    killed = [task for task in found if task.error in supervise.KILLED_FROM_OUTSIDE]
+    line = classify(StepEnd(143, failures=reports, killed=killed), start(5), History())
+    assert line.reason.startswith("rank 2 on node2: Killed"), line.reason
 
 
 def test_classification_order() -> None:
