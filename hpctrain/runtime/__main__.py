@@ -20,6 +20,7 @@ from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.names import COMPILE_CACHE
 from hpctrain.runtime import bootstrap, collective_timeout, heartbeat, logs, mesh, signals, startup_times
+from hpctrain.runtime.logs import exit_now
 
 log = logging.getLogger("hpctrain.runtime")
 
@@ -147,17 +148,6 @@ def run(resolved: spec.Resolved, info: bootstrap.DistInfo, run_dir: Path, signal
     dist.barrier()
     heartbeat.finish()
     return 0
-
-
-def exit_now(code: int) -> None:
-    """Flush what this process wrote, then leave without running C++ destructors."""
-    logging.shutdown()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (OSError, ValueError):
-            pass
-    os._exit(code)
 
 
 if __name__ == "__main__":

@@ -198,7 +198,10 @@ def main(argv: list[str]) -> int:
     print(f"hpctrain: {per_node} ranks forked after {time.time() - started:.1f} s", file=sys.stderr)
     status = ranks.wait(per_node)
     forget_slots(os.environ)
-    return status
+    from hpctrain.runtime.logs import exit_now
+
+    exit_now(status)  # without the second that tearing down torch takes, which the restart waits for
+    return status  # not reached
 
 
 def forget_slots(env: Mapping[str, str]) -> None:

@@ -451,8 +451,8 @@ def main(argv: list[str] | None = None) -> int:
     code = 0 if checked else run(args.size_mb, args.iterations, args.tolerance, report)
     if code or not args.then_train:
         return code
-    from hpctrain.runtime.__main__ import exit_now
     from hpctrain.runtime.__main__ import main as train
+    from hpctrain.runtime.logs import exit_now
 
     exit_now(train())
     return 0

@@ -129,7 +129,9 @@ def main(argv: list[str]) -> int:
     variables = wait_for_go(folder, go)
     ranks = rank_variables(variables, os.environ) if variables is not None else None
     if variables is None or ranks is None:
-        return 0
+        from hpctrain.runtime.logs import exit_now
+
+        exit_now(0)  # tearing down torch would take a second of CPU from the attempt that starts now
     # The batch script counts these: a task that died in standby (its node lost and back) is
     # missing, and the attempt then starts cold instead of waiting at a rendezvous for it.
     announce(folder, STANDBY_TAKEN_PREFIX)
