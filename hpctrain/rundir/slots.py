@@ -166,6 +166,21 @@ def decode_slots(buffer: bytes | mmap.mmap) -> list[Slot]:
     return [slot for i in range(count) if (slot := decode_slot(buffer, i)) is not None]
 
 
+def silent_ranks(buffer: bytes | mmap.mmap, now: float, after: float) -> set[int]:
+    """The ranks of a slot file whose last tick is `after` seconds old or older (reads only each slot's
+    identity and tick: the node's writer asks this at every tick)."""
+    count = max(0, min(MAX_SLOTS, (len(buffer) - HEADER_SIZE) // SLOT_SIZE))
+    silent = set()
+    for index in range(count):
+        start = HEADER_SIZE + index * SLOT_SIZE
+        magic, rank, _pid = IDENT.unpack_from(buffer, start)
+        if magic == MAGIC and rank >= 0:
+            (alive,) = ALIVE.unpack_from(buffer, start + ALIVE_AT)
+            if _finite(alive) > 0 and now - alive >= after:
+                silent.add(rank)
+    return silent
+
+
 def read_slot_file(path: Path) -> list[Slot]:
     """Every used slot of a node's slot file ([] when it is missing or not one)."""
     try:

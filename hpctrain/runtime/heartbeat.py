@@ -49,6 +49,7 @@ from hpctrain.rundir.slots import (
     open_slot_file,
     put,
     remove_node_files,
+    silent_ranks,
     slot_path,
     stack_file,
     stack_signal,
@@ -73,6 +74,9 @@ class Where:
     local_rank: int
     step_id: str
     interval: float
+    stopped_after: float | None = None
+    """watchdog.stopped_timeout: a rank of the node without a tick this long has the node's file
+    written at once, not at the next interval (None: at the interval only)."""
 
 
 class RankHeartbeat:
@@ -88,6 +92,7 @@ class RankHeartbeat:
         self._step_since = time.time()
         self._step_s = -1.0
         self._last_write = 0.0
+        self._silent: set[int] = set()  # ranks of the node last seen without a tick for stopped_after
         self._stop = threading.Event()
         self._stack_output: IO[str] | None = None
         # The slot's identity goes in last: a reader (the node's writer, the watchdog) that sees
@@ -124,9 +129,19 @@ class RankHeartbeat:
         if writer != self._pid and not self._take_lease(now):
             return
         put(self._map, 0, HEADER, MAGIC, VERSION, self._pid, now)
-        if now - self._last_write >= self.where.interval:
+        if now - self._last_write >= self.where.interval or self._newly_silent(now):
             self._last_write = now
             self.write_node_file(now)
+
+    def _newly_silent(self, now: float) -> bool:
+        """Has a rank of the node just gone `stopped_after` without a tick? Its file is then written
+        at once: the watchdog would otherwise learn of a stopped rank up to an interval later."""
+        if self.where.stopped_after is None:
+            return False
+        silent = silent_ranks(self._map, now, self.where.stopped_after)
+        new = bool(silent - self._silent)
+        self._silent = silent
+        return new
 
     def _take_lease(self, now: float) -> bool:
         """Become the node's writer if the lease is still stale once we hold the lock."""
@@ -211,6 +226,7 @@ def start(
     job_id: str,
     interval: float,
     preemption_signal: str,
+    stopped_after: float | None = None,
 ) -> RankHeartbeat | None:
     """Start this rank's heartbeat (and its stack dump on request); None when it cannot have a slot."""
     global _current
@@ -226,6 +242,7 @@ def start(
         local_rank=local_rank,
         step_id=os.environ.get("SLURM_STEP_ID", ""),
         interval=interval,
+        stopped_after=stopped_after,
     )
     try:
         beat = RankHeartbeat(where)
@@ -254,4 +271,5 @@ def start_rank(run_dir: Path, info: DistInfo, resolved: Resolved) -> RankHeartbe
         info.job_id,
         resolved.job.watchdog.heartbeat_interval,
         resolved.preemption.signal,
+        resolved.job.watchdog.stopped_timeout,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import os
 import signal
@@ -280,3 +281,33 @@ def test_a_slot_read_while_its_rank_marks_it_is_never_torn(slot_dir: Path, tmp_p
     finally:
         marker.kill()
         marker.wait()
+
+
+@given(data=st.binary(max_size=FILE_SIZE + 100), now=FLOATS, after=st.floats(0, 1e6))
+def test_silent_ranks_reads_the_ticks_as_the_full_decoding_does(
+    data: bytes, now: float, after: float
+) -> None:
+    expected = {slot.rank for slot in decode_slots(data) if now - slot.beat.time >= after}
+    assert slots.silent_ranks(data, now, after) == expected
+
+
+def test_the_writer_writes_at_once_when_a_rank_of_its_node_stops_ticking(
+    slot_dir: Path, tmp_path: Path
+) -> None:
+    """With stopped_after, a rank newly without a tick that long has the node's file written at the
+    next tick, not at the next interval (an hour here); once, not at every tick after."""
+    for stopped_after, rewritten in ((1.5, True), (None, False)):
+        run_dir = tmp_path / str(stopped_after)
+        writer = RankHeartbeat(
+            dataclasses.replace(where(run_dir, 0, 0, interval=3600.0), stopped_after=stopped_after)
+        )
+        other = RankHeartbeat(where(run_dir, 1, 1, interval=3600.0))
+        now = time.time()
+        writer.tick(now)  # the first write
+        slots.put(other._map, other._offset + ALIVE_AT, ALIVE, now - 2.0)  # rank 1 stopped 2 s ago
+        writer.tick(now + 0.25)
+        written = RunDir(run_dir).read_heartbeats()[0]
+        assert isinstance(written, Heartbeat)
+        assert (abs(written.time - (now + 0.25)) < 1e-3) is rewritten, stopped_after
+        writer.tick(now + 0.5)  # the same silent rank: no further write before the interval
+        assert RunDir(run_dir).read_heartbeats()[0].time == written.time  # type: ignore[union-attr]
