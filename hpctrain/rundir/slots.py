@@ -134,20 +134,32 @@ def _finite(value: float) -> float:
     return value if math.isfinite(value) else 0.0
 
 
-def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
-    """Slot `index` of a slot file's bytes; None when unused, out of range, not a slot, or not yet
-    ticked (a rank writes its slot's identity last; a slot that has it without a tick is half
-    written, and its rank is starting, not silent since time 0). Total."""
-    start = HEADER_SIZE + index * SLOT_SIZE
-    if index < 0 or start + SLOT_SIZE > len(buffer):
-        return None
+def _slot_count(buffer: bytes | mmap.mmap) -> int:
+    return max(0, min(MAX_SLOTS, (len(buffer) - HEADER_SIZE) // SLOT_SIZE))
+
+
+def _claimed(buffer: bytes | mmap.mmap, start: int) -> tuple[int, int, float] | None:
+    """Rank, pid and last tick of the slot at `start`; None when it is unused, not a slot, or not yet
+    ticked (a rank writes its slot's identity last; a slot that has it without a tick is half written,
+    and its rank is starting, not silent since time 0)."""
     magic, rank, pid = IDENT.unpack_from(buffer, start)
     if magic != MAGIC or rank < 0:
         return None
-    code, step, phase_since, step_since, step_s = PROGRESS.unpack_from(buffer, start + PROGRESS_AT)
     (alive,) = ALIVE.unpack_from(buffer, start + ALIVE_AT)
-    if not _finite(alive) > 0:
+    return (rank, pid, alive) if _finite(alive) > 0 else None
+
+
+def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
+    """Slot `index` of a slot file's bytes; None when unused, out of range, not a slot, or not yet
+    ticked (see `_claimed`). Total."""
+    start = HEADER_SIZE + index * SLOT_SIZE
+    if index < 0 or start + SLOT_SIZE > len(buffer):
         return None
+    claimed = _claimed(buffer, start)
+    if claimed is None:
+        return None
+    rank, pid, alive = claimed
+    code, step, phase_since, step_since, step_s = PROGRESS.unpack_from(buffer, start + PROGRESS_AT)
     step_s = _finite(step_s)
     beat = RankBeat(
         step=step,
@@ -162,22 +174,17 @@ def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
 
 
 def decode_slots(buffer: bytes | mmap.mmap) -> list[Slot]:
-    count = max(0, min(MAX_SLOTS, (len(buffer) - HEADER_SIZE) // SLOT_SIZE))
-    return [slot for i in range(count) if (slot := decode_slot(buffer, i)) is not None]
+    return [slot for i in range(_slot_count(buffer)) if (slot := decode_slot(buffer, i)) is not None]
 
 
 def silent_ranks(buffer: bytes | mmap.mmap, now: float, after: float) -> set[int]:
     """The ranks of a slot file whose last tick is `after` seconds old or older (reads only each slot's
     identity and tick: the node's writer asks this at every tick)."""
-    count = max(0, min(MAX_SLOTS, (len(buffer) - HEADER_SIZE) // SLOT_SIZE))
     silent = set()
-    for index in range(count):
-        start = HEADER_SIZE + index * SLOT_SIZE
-        magic, rank, _pid = IDENT.unpack_from(buffer, start)
-        if magic == MAGIC and rank >= 0:
-            (alive,) = ALIVE.unpack_from(buffer, start + ALIVE_AT)
-            if _finite(alive) > 0 and now - alive >= after:
-                silent.add(rank)
+    for index in range(_slot_count(buffer)):
+        claimed = _claimed(buffer, HEADER_SIZE + index * SLOT_SIZE)
+        if claimed is not None and now - claimed[2] >= after:
+            silent.add(claimed[0])
     return silent
 
 

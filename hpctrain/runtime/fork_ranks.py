@@ -201,7 +201,6 @@ def main(argv: list[str]) -> int:
     from hpctrain.runtime.logs import exit_now
 
     exit_now(status)  # without the second that tearing down torch takes, which the restart waits for
-    return status  # not reached
 
 
 def forget_slots(env: Mapping[str, str]) -> None:

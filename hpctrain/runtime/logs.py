@@ -6,6 +6,7 @@ import logging
 import os
 import sys
 from pathlib import Path
+from typing import NoReturn
 
 from hpctrain.rundir import RunDir
 
@@ -27,7 +28,7 @@ def redirect(run_dir: Path, rank: int) -> Path:
     return path
 
 
-def exit_now(code: int) -> None:
+def exit_now(code: int) -> NoReturn:
     """Flush what this process wrote, then leave without running C++ destructors: tearing down an
     interpreter that imported torch takes most of a second, which every restart would wait for."""
     logging.shutdown()

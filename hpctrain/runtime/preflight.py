@@ -455,7 +455,6 @@ def main(argv: list[str] | None = None) -> int:
     from hpctrain.runtime.logs import exit_now
 
     exit_now(train())
-    return 0
 
 
 if __name__ == "__main__":

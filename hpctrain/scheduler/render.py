@@ -16,6 +16,7 @@ from hpctrain.errors import RenderError
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
 from hpctrain.scheduler.base import carrying_comment
 from hpctrain.spec import Container, Resolved
+from hpctrain.spec.job import SLURM_TASK_LAUNCHERS
 from hpctrain.spec.resources import data_folder
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
 
@@ -319,7 +320,7 @@ def context(
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby
         and job.restart.max > 0
-        and job.launcher in ("srun", "fork")
+        and job.launcher in SLURM_TASK_LAUNCHERS
         and ps is None,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
         "expedited_requeue": expedited(resolved),

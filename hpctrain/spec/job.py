@@ -462,6 +462,11 @@ class Container(Base):
         return [Mount.parse(text) for text in self.mounts]
 
 
+SLURM_TASK_LAUNCHERS = ("srun", "fork")
+"""Launchers whose ranks are Slurm tasks of one step (srun's own, or forked with srun's variables): one
+rank per GPU, and a warm standby's tasks can take their place."""
+
+
 class JobSpec(Base):
     name: Annotated[str, Meta(pattern=NAME)]
     """Job name (letters, digits, . _ -)."""

@@ -7,7 +7,15 @@ import msgspec
 
 from hpctrain.errors import SpecError
 from hpctrain.spec.base import Base
-from hpctrain.spec.job import SHORTHANDS, JobSpec, Parallel, ParameterServer, Preemption, Resources
+from hpctrain.spec.job import (
+    SHORTHANDS,
+    SLURM_TASK_LAUNCHERS,
+    JobSpec,
+    Parallel,
+    ParameterServer,
+    Preemption,
+    Resources,
+)
 from hpctrain.spec.layout import LayoutError
 from hpctrain.spec.site import Partition, Site
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
@@ -170,7 +178,7 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
     if (
         res.gpus_per_node
         and res.tasks_per_node not in (None, res.gpus_per_node)
-        and job.launcher in ("srun", "fork")
+        and job.launcher in SLURM_TASK_LAUNCHERS
     ):
         raise SpecError(
             f"{job_origin}: resources.tasks_per_node: the {job.launcher} launcher runs one rank per GPU "

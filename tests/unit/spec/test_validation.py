@@ -271,6 +271,14 @@ def test_arithmetic_payload_in_env_value_stays_inert(tmp_path: Path) -> None:
         ),
         (["launcher=srnu"], "launcher: 'srnu' is not one of srun, fork, torchrun, mpi; did you mean 'srun'?"),
         (["restart.on=[hnag]"], "restart.on[0]: 'hnag' is not one of hang, rank_failure, node_failure"),
+        (
+            ["launcher=fork", "train.parallel=ps"],
+            "launcher: fork does not run parameter-server jobs (train.parallel.ps); use srun",
+        ),
+        (
+            ["launcher=fork", "resources.gpus_per_node=2", "resources.tasks_per_node=1"],
+            "resources.tasks_per_node: the fork launcher runs one rank per GPU (2), got 1",
+        ),
         (["env.FOO=[1, 2]"], "env.FOO: Expected `bool | int | float | str`, got `array`"),
         (
             ["resources.gpu_per_node=2"],
