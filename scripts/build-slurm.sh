@@ -82,9 +82,11 @@ build_from_source() {
     started=$SECONDS
     cd "$build_dir"
     log "configuring for ${PREFIX}"
-    # The configuration lives with the cluster (SLURM_CONF), not in the prefix.
+    # The configuration lives with the cluster (SLURM_CONF), not in the prefix. Shared libraries
+    # only: the daemons, the commands and pyslurm link libslurmfull.so, and static archives would
+    # compile every library and plugin source a second time (without PIC).
     [[ -f config.status ]] || nice -n 10 ./configure --prefix="$PREFIX" --sysconfdir="${PREFIX}/etc" \
-        --disable-debug --enable-multiple-slurmd \
+        --disable-debug --disable-static --enable-multiple-slurmd \
         >"${build_dir}/configure.log" 2>&1 || {
         tail -n 30 "${build_dir}/configure.log" >&2
         die "configure failed"

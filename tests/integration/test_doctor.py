@@ -19,7 +19,7 @@ import yaml
 
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History
-from hpctrain.scheduler.slurm.facts import ClusterFacts
+from hpctrain.scheduler.slurm.facts import ClusterFacts, expedited_requeue
 from hpctrain.site import containers
 from hpctrain.spec import load_site
 from tests.conftest import JOBS, SITES, run_cli
@@ -52,8 +52,13 @@ def test_init_site_agrees_with_local_yaml_and_runs_digits(tmp_path: Path, hpctra
         told.pop(key), written.pop(key)
     # local.yaml lists no container runtime (the test machine may lack them); init-site lists those
     # the cluster has: pyxis and oci where scripts/install-containers.sh could build them.
-    found = list(containers.detect(ClusterFacts.read()))
+    facts = ClusterFacts.read()
+    found = list(containers.detect(facts))
     assert told.pop("container_runtimes") == found and written.pop("container_runtimes") == []
+    # local.yaml describes the 22.05 cluster, which takes no --requeue=expedite; init-site asks for it
+    # where the cluster takes it (the 25.11 and 26.05 clusters of scripts/slurm-matrix.sh).
+    assert told.pop("expedited_requeue") is expedited_requeue(facts.config)
+    assert written.pop("expedited_requeue") is False
     assert list(made.partitions) == list(shipped.partitions)
     for name in written["partitions"]:
         assert told["partitions"][name] == written["partitions"][name], name
