@@ -36,6 +36,12 @@ debian_rootfs() {
     command -v mmdebstrap >/dev/null ||
         DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends mmdebstrap >/dev/null
     mkdir -p "$PREFIX"
+    # Its cluster binds /dev, /run and the repository's folder into it: removing it mounted would
+    # remove those. `down` stops that cluster and unmounts (and fails if something stays mounted).
+    if [[ -d "$rootfs" ]]; then
+        "${REPO}/scripts/local-cluster.sh" --slurm "$VERSION" down >&2 ||
+            die "could not stop and unmount ${rootfs}; not removing it"
+    fi
     rm -rf "$rootfs"
     log "making a Debian ${suite} root filesystem in ${rootfs}"
     # The mirror may serve a snapshot whose Release file is past its Valid-Until (sid's is short).

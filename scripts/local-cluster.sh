@@ -2,7 +2,7 @@
 # local-cluster.sh - run a real two-node Slurm cluster on this (Debian, root) host.
 #
 #   scripts/local-cluster.sh up [--no-accounting]   start everything (idempotent)
-#   scripts/local-cluster.sh down [--wipe]          stop everything (--wipe: drop all state)
+#   scripts/local-cluster.sh down [--wipe]          stop everything, unmount a root filesystem (--wipe: drop all state)
 #   scripts/local-cluster.sh status                 show daemons + sinfo; exit 0 iff usable
 #   scripts/local-cluster.sh recover                kill stuck steps, resume bad nodes
 #   scripts/local-cluster.sh accounting on|off      toggle slurmdbd accounting (sacct)
@@ -881,6 +881,21 @@ mount_rootfs() {
     cp /etc/hosts "${ROOTFS}/etc/hosts"
 }
 
+# unmount_rootfs: undo mount_rootfs and anything else mounted below the root filesystem, deepest
+# first. Deleting the folder while /dev or the repository's folder is bound there would delete them.
+unmount_rootfs() {
+    local point
+    while read -r point; do
+        umount "$point" 2>/dev/null || umount -l "$point" 2>/dev/null || true
+    done < <(mounts_below "$ROOTFS" | sort -r)
+    [[ -z "$(mounts_below "$ROOTFS")" ]] || die "still mounted below ${ROOTFS}: $(mounts_below "$ROOTFS" | head -n 1)"
+}
+
+# mounts_below DIR: the mount points below DIR, one per line.
+mounts_below() {
+    awk -v root="${1}/" 'index($2, root) == 1 { print $2 }' /proc/self/mounts
+}
+
 # in_rootfs CMD...: CMD inside the release's root filesystem, in this directory.
 in_rootfs() {
     chroot "$ROOTFS" /usr/bin/env -C "$PWD" HPCTRAIN_IN_ROOTFS=1 HPCTRAIN_SLURM="$SLURM_SERIES" \
@@ -892,6 +907,16 @@ rootfs_command() {
     local cmd=$1
     shift
     [[ $EUID -eq 0 ]] || die "must run as root"
+    if [[ "$cmd" == down ]]; then
+        # A half-made root filesystem has no shell to stop anything with; it still gets unmounted.
+        local rc=0
+        if [[ -x "${ROOTFS}/bin/bash" ]]; then
+            mount_rootfs
+            in_rootfs "$SCRIPT" down "$@" || rc=$?
+        fi
+        unmount_rootfs
+        return "$rc"
+    fi
     mount_rootfs
     if [[ "$cmd" == up ]]; then
         # The services every release shares run on the host.
