@@ -4,6 +4,7 @@
 #   scripts/build-slurm.sh 25.11     build (or reuse) /opt/hpctrain-slurm/25.11 from source
 #   scripts/build-slurm.sh 24.11     a Debian trixie root filesystem with its Slurm, in .../24.11/rootfs
 #   scripts/build-slurm.sh 26.05     the same from Debian sid (forky's Slurm), in .../26.05/rootfs
+#   scripts/build-slurm.sh --available 25.11    exit 0 if built or buildable here, else say why, exit 3
 #
 # 25.11: no Debian suite ships it; the source is ../shared/vendor/slurm-25.11.<patch>.tar.xz next
 # to the repository (override with HPCTRAIN_SLURM_VENDOR_DIR), built with Debian's build
@@ -57,14 +58,23 @@ debian_rootfs() {
     log "done: $(cat "$STAMP")"
 }
 
-# build_from_source: the vendored release, configured for PREFIX, built with 2 jobs, installed.
-build_from_source() {
-    local tarballs missing package build_dir started
+# find_source: set TARBALL to the vendored source of VERSION, or say why there is none.
+find_source() {
+    local tarballs
     shopt -s nullglob
     tarballs=("${VENDOR_DIR}/slurm-${VERSION}".*.tar.xz)
     shopt -u nullglob
-    ((${#tarballs[@]} == 1)) || die "expected one ${VENDOR_DIR}/slurm-${VERSION}.*.tar.xz, found ${#tarballs[@]}"
+    if ((${#tarballs[@]} != 1)); then
+        log "expected one ${VENDOR_DIR}/slurm-${VERSION}.*.tar.xz, found ${#tarballs[@]}"
+        return 1
+    fi
     TARBALL="${tarballs[0]}"
+}
+
+# build_from_source: the vendored release, configured for PREFIX, built with 2 jobs, installed.
+build_from_source() {
+    local missing package build_dir started
+    find_source || die "no source to build Slurm ${VERSION} from"
 
     missing=()
     for package in "${BUILD_DEPS[@]}"; do
@@ -116,13 +126,25 @@ build_from_source() {
 
 # The whole script is read before it runs (main at the end), so editing it mid-build is harmless.
 main() {
-    [[ $# -eq 1 ]] || die "usage: $PROG VERSION (e.g. 25.11)"
+    local check=0
+    if [[ "${1:-}" == --available ]]; then
+        check=1
+        shift
+    fi
+    [[ $# -eq 1 ]] || die "usage: $PROG [--available] VERSION (e.g. 25.11)"
     VERSION="$1"
     [[ "$VERSION" =~ ^[0-9]+\.[0-9]+$ ]] || die "version must look like 25.11, got '${VERSION}'"
     PREFIX="${PREFIX_ROOT}/${VERSION}"
     STAMP="${PREFIX}/.built"
     if [[ -f "$STAMP" ]]; then
         log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
+        return 0
+    fi
+    if ((check)); then # built already, or buildable here: Debian's mirror, or the vendored source
+        case "$VERSION" in
+            24.11 | 26.05) return 0 ;;
+            *) find_source || return 3 ;;
+        esac
         return 0
     fi
     case "$VERSION" in
