@@ -118,10 +118,10 @@ def parse_mpi_list(text: str) -> list[str]:
 # The Slurm releases hpctrain is tested against (scripts/slurm-matrix.sh runs its tests on each), with
 # the date of the last passing run; docs/compatibility.md has the matrix of features by release.
 TESTED_SLURM: dict[str, str] = {
-    "22.05": "2026-12-04",
-    "24.11": "2026-12-04",
-    "25.11": "2026-12-04",
-    "26.05": "2026-12-04",
+    "22.05": "2026-12-05",
+    "24.11": "2026-12-05",
+    "25.11": "2026-12-05",
+    "26.05": "2026-12-05",
 }
 
 
