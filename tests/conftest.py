@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -49,3 +50,10 @@ else:
     settings.register_profile("ci", max_examples=2000, **_COMMON)
     settings.register_profile("dev", max_examples=100, **_COMMON)
     settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# A shell without job control starts its background commands with SIGINT ignored, and a process keeps
+# an ignored signal across exec: Python then installs no KeyboardInterrupt handler, in pytest or in
+# the `hpctrain` processes it starts. The tests that press Ctrl-C (held_signals, an interrupted sweep
+# loop) need Ctrl-C live however the suite was started; a handler set here is the default in children.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
