@@ -876,7 +876,12 @@ mount_rootfs() {
     python_home="$(python3 -c 'import sys; print(sys.base_prefix)')"
     for dir in /proc /sys /dev /run "$work" "$python_home"; do
         mkdir -p "${ROOTFS}${dir}"
-        mountpoint -q "${ROOTFS}${dir}" || mount --rbind "$dir" "${ROOTFS}${dir}"
+        if ! mountpoint -q "${ROOTFS}${dir}"; then
+            mount --rbind "$dir" "${ROOTFS}${dir}"
+            # Where the host's mounts are shared (systemd), unmounting a bound copy's submount
+            # (dev/pts) would unmount the host's own: events must flow only from the host inwards.
+            mount --make-rslave "${ROOTFS}${dir}"
+        fi
     done
     cp /etc/hosts "${ROOTFS}/etc/hosts"
 }
@@ -885,6 +890,9 @@ mount_rootfs() {
 # first. Deleting the folder while /dev or the repository's folder is bound there would delete them.
 unmount_rootfs() {
     local point
+    while read -r point; do # mounts made before mount_rootfs made them slaves
+        mount --make-rslave "$point" 2>/dev/null || true
+    done < <(mounts_below "$ROOTFS")
     while read -r point; do
         umount "$point" 2>/dev/null || umount -l "$point" 2>/dev/null || true
     done < <(mounts_below "$ROOTFS" | sort -r)
