@@ -5,6 +5,7 @@
 #   scripts/build-slurm.sh 24.11     a Debian trixie root filesystem with its Slurm, in .../24.11/rootfs
 #   scripts/build-slurm.sh 26.05     the same from Debian sid (forky's Slurm), in .../26.05/rootfs
 #   scripts/build-slurm.sh --available 25.11    exit 0 if built or buildable here, else say why, exit 3
+#   (22.05 is this host's Debian Slurm: nothing to build, always available)
 #
 # 25.11: no Debian suite ships it; the source is ../shared/vendor/slurm-25.11.<patch>.tar.xz next
 # to the repository (override with HPCTRAIN_SLURM_VENDOR_DIR), built with Debian's build
@@ -134,24 +135,30 @@ main() {
     [[ $# -eq 1 ]] || die "usage: $PROG [--available] VERSION (e.g. 25.11)"
     VERSION="$1"
     [[ "$VERSION" =~ ^[0-9]+\.[0-9]+$ ]] || die "version must look like 25.11, got '${VERSION}'"
+    if [[ "$VERSION" == 22.05 ]]; then
+        log "Slurm 22.05 is this host's Debian packages (scripts/local-cluster.sh up installs them)"
+        return 0
+    fi
     PREFIX="${PREFIX_ROOT}/${VERSION}"
     STAMP="${PREFIX}/.built"
     if [[ -f "$STAMP" ]]; then
         log "Slurm ${VERSION} already built in ${PREFIX} ($(cat "$STAMP"))"
         return 0
     fi
-    if ((check)); then # built already, or buildable here: Debian's mirror, or the vendored source
-        case "$VERSION" in
-            24.11 | 26.05) return 0 ;;
-            *) find_source || return 3 ;;
-        esac
+    local suite=""
+    case "$VERSION" in
+        24.11) suite=trixie ;;
+        26.05) suite=sid ;;
+    esac
+    if ((check)); then # buildable here: from Debian's mirror, or from the vendored source
+        [[ -n "$suite" ]] || find_source || return 3
         return 0
     fi
-    case "$VERSION" in
-        24.11) debian_rootfs trixie ;;
-        26.05) debian_rootfs sid ;;
-        *) build_from_source ;;
-    esac
+    if [[ -n "$suite" ]]; then
+        debian_rootfs "$suite"
+    else
+        build_from_source
+    fi
 }
 
 # (one line: bash reads a script as it runs, so an edit mid-run must not add commands after main)

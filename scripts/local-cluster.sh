@@ -896,7 +896,9 @@ unmount_rootfs() {
     while read -r point; do
         umount "$point" 2>/dev/null || umount -l "$point" 2>/dev/null || true
     done < <(mounts_below "$ROOTFS" | sort -r)
-    [[ -z "$(mounts_below "$ROOTFS")" ]] || die "still mounted below ${ROOTFS}: $(mounts_below "$ROOTFS" | head -n 1)"
+    local left
+    left="$(mounts_below "$ROOTFS")"
+    [[ -z "$left" ]] || die "still mounted below ${ROOTFS}: ${left%%$'\n'*}"
 }
 
 # mounts_below DIR: the mount points below DIR, one per line.

@@ -77,9 +77,7 @@ leg() {
     local release=$1 python start rc=0 tests
     shift
     start=$SECONDS
-    if [[ "$release" != 22.05 ]]; then
-        scripts/build-slurm.sh "$release" >&2 || return 1
-    fi
+    scripts/build-slurm.sh "$release" >&2 || return 1
     scripts/local-cluster.sh --slurm "$release" up >&2 || return 1
     python="$(venv_for "$release")" || return 1
     tests=("${CONTRACT[@]}" "${INTEGRATION_SET[@]}")
