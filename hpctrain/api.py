@@ -7,13 +7,15 @@ SweepStatus, TrialStatus), never a dict; every failure is an exception of hpctra
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpctrain.errors import BackendError, HpctrainError, InputError, SpecError
+from hpctrain.launch import api_edge as edge
 from hpctrain.scheduler import NAMES  # costs no backend import
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
 
@@ -107,7 +109,7 @@ def example_job(name: str) -> Path:
     """The file of the shipped example `name`; SpecError naming the examples when there is none."""
     from hpctrain.spec.resources import job_file
 
-    return job_file(name)
+    return job_file(edge.text(name, "example_job"))
 
 
 def sites(describe: bool = True) -> list[SiteEntry]:
@@ -115,7 +117,7 @@ def sites(describe: bool = True) -> list[SiteEntry]:
     `describe`: read each profile's description too."""
     from hpctrain.site.lookup import listing
 
-    return listing(describe=describe)
+    return listing(describe=edge.flag(describe, "describe"))
 
 
 def site_search_path() -> list[tuple[str, Path]]:
@@ -131,7 +133,8 @@ def fields(what: Literal["job", "site", "files"], under: str = "") -> list[Field
     nothing matches."""
     from hpctrain import rundir, spec
 
-    field = under
+    edge.text(what, "fields")
+    field = edge.text(under, "under")
     if what == "files":
         structs = rundir.file_structs()
         if field in structs:
@@ -168,6 +171,8 @@ def spec_json(resolved: spec.Resolved) -> str:
     """The resolved spec as the run directory's spec.json holds it."""
     from hpctrain import spec
 
+    if not isinstance(resolved, spec.Resolved):
+        raise InputError(f"spec_json: expected a resolved spec, not {edge.type_name(resolved)}")
     return spec.dumps(resolved).decode()
 
 
@@ -176,7 +181,7 @@ def load_job(job: JobSource, overrides: Sequence[str] = ()) -> spec.JobSpec:
     applied; a path, an example's name, a JobSpec or a mapping. Bad input raises SpecError."""
     from hpctrain.launch.submission import load_job as load
 
-    return load(job, list(overrides))[0]
+    return load(edge.job(job), edge.texts(overrides, "overrides"))[0]
 
 
 def render(
@@ -189,7 +194,8 @@ def render(
     """The resolved spec and the batch script the job would submit (a dry run: nothing is written)."""
     from hpctrain.launch.submission import prepare
 
-    return prepare(job, site, list(overrides), backend, check=check)
+    job, site, overrides = edge.job(job), edge.site(site), edge.texts(overrides, "overrides")
+    return prepare(job, site, overrides, edge.backend(backend), check=edge.flag(check, "check"))
 
 
 def submit(
@@ -210,19 +216,44 @@ def submit(
     """
     from hpctrain.launch.submission import submit as submit_run
 
-    waits = [_job_id_of(one) for one in after]
-    done = submit_run(job, site, list(overrides), backend, check=check, after=waits, after_kind=after_kind)
+    job, site, overrides = edge.job(job), edge.site(site), edge.texts(overrides, "overrides")
+    backend, check = edge.backend(backend), edge.flag(check, "check")
+    waits = _waits(after, edge.text(after_kind, "after_kind"), backend)  # type: ignore[arg-type]
+    done = submit_run(job, site, overrides, backend, check=check, after=waits, after_kind=after_kind)
     if done.error:
         raise BackendError(f"{done.error} (the script and resolved spec are kept in {done.run.run_dir})")
     return Run(done.run)
 
 
-def _job_id_of(run: Run | str) -> str:
-    if isinstance(run, str):
-        return run
-    if not run.job_id:
-        raise InputError(f"after: run {run.run_id} has no job id (its submission failed)")
-    return run.job_id
+def _waits(after: object, kind: AfterKind, backend: str | None) -> list[str]:
+    """The job ids `after` names (a lone run or string is one), each checked against what is known of
+    it: Slurm drops a dependency on a job it has forgotten and starts the job at once, so one that can
+    never be met (afterok on a failed run), or on a job nobody knows, is refused here."""
+    if isinstance(after, Run | str):
+        after = [after]
+    if not isinstance(after, Iterable) or isinstance(after, bytes | Mapping):
+        raise InputError(f"after: expected runs or job ids, not {edge.type_name(after)}")
+    waits = list(after)
+    for one in waits:
+        if not isinstance(one, Run | str):
+            raise InputError(f"after: expected a Run or a job id string, not {edge.type_name(one)} {one!r}")
+    if not waits:
+        return []
+    from hpctrain.launch.submission import check_dependencies
+    from hpctrain.runs.index import Index
+
+    index = Index()
+    keys = [one for one in waits if isinstance(one, str)]
+    found, unknown = index.find(keys) if keys else ([], [])
+    by_key = {key: run for run in found for key in (run.job_id, run.run_id)}
+    records = [one.record if isinstance(one, Run) else by_key.get(one) for one in waits]
+    for one in waits:
+        if isinstance(one, Run) and not one.job_id:
+            raise InputError(f"after: run {one.run_id} has no job id (its submission failed)")
+    tracked = [r for r in records if r is not None]
+    check_dependencies(index, tracked, [k for k in unknown if k.isascii() and k.isdigit()], kind, backend)
+    pairs = zip(waits, records, strict=True)
+    return [r.job_id if r is not None and r.job_id else str(one) for one, r in pairs]
 
 
 def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
@@ -233,24 +264,26 @@ def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | N
     from hpctrain.runs.index import Index
     from hpctrain.runs.status import select
 
+    keys, everything = edge.texts(keys, "keys"), edge.flag(everything, "everything")
+    limit = edge.optional(edge.count, limit, "limit")
     if everything and not keys and limit is not None:
         index = Index()
         index.adopt_unindexed(recent=True)
         return [Run(record) for record in index.runs(limit=limit)]
-    return [Run(record) for record in select(list(keys), everything)]
+    return [Run(record) for record in select(keys, everything)][:limit]
 
 
 def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
     """The runs named by job id or run id, and the keys that name no tracked run."""
     from hpctrain.runs.index import Index
 
-    found, missing = Index().find(list(keys))
+    found, missing = Index().find(edge.texts(keys, "keys"))
     return [Run(record) for record in found], missing
 
 
 def find_run(key: str) -> Run:
     """The one run a job id or run id names; NotTracked when none."""
-    return list_runs([key])[0]
+    return list_runs([edge.text(key, "find_run")])[0]
 
 
 class Run:
@@ -294,6 +327,7 @@ class Run:
         """Poll (one batched scheduler query each time, the delay growing from 1 s to 5 s) until the run
         has ended; its last status. `progress` sees every poll's status. WaitTimeout after `timeout`
         seconds (checked at each poll)."""
+        edge.function(progress, "progress")
         return wait_all([self], timeout, None if progress is None else lambda s: progress(s[0]))[0]
 
     def ended(self) -> bool:
@@ -328,7 +362,7 @@ class Run:
         """The batch log, or one rank's log, of the run or of one array element (default: the first);
         a log behind a symbolic link out of the run directory is refused."""
         root = self._log_root(element)
-        path = root.batch_log if rank is None else root.rank_log(rank)
+        path = root.batch_log if rank is None else root.rank_log(edge.count(rank, "rank"))
         self.refuse_links([path])
         return path
 
@@ -349,8 +383,9 @@ class Run:
         from hpctrain.runs.logs import LogMerger, rank_logs
 
         root = self._log_root(element)
+        node = edge.optional(edge.text, node, "node")
         self.refuse_links([root.logs, *rank_logs(root).values()])
-        return LogMerger(root, None if rank is None else [rank], node)
+        return LogMerger(root, None if rank is None else [edge.count(rank, "rank")], node)
 
     def rank_logs(self, element: int | None = None) -> dict[int, Path]:
         """Every rank's log of the run (or of one array element), by rank."""
@@ -373,6 +408,7 @@ class Run:
     def _log_root(self, element: int | None) -> RunDir:
         from hpctrain.rundir import RunDir
 
+        element = edge.optional(edge.count, element, "element")
         root = RunDir(self.run_dir)
         if element is None and not root.batch_log.exists():
             started = root.elements()
@@ -398,6 +434,7 @@ class Run:
         from hpctrain.runs.index import Index
         from hpctrain.runs.poll import ended, refresh
 
+        out = edge.optional(edge.path, out, "out")
         tracked = self.record
         try:
             (polled,) = refresh(Index(), [tracked])
@@ -429,6 +466,7 @@ def log_tail(path: Path, lines: int) -> list[str]:
     """The last `lines` lines of a log, read from a bounded window at its end."""
     from hpctrain.rundir import TAIL_BYTES, tail_lines
 
+    path, lines = edge.path(path, "path"), edge.count(lines, "lines")
     return tail_lines(path, lines, limit=min(MAX_TAIL_BYTES, max(TAIL_BYTES, lines * 512)))
 
 
@@ -437,6 +475,7 @@ def log_chunk(path: Path, offset: int) -> bytes | None:
     from hpctrain.rundir import read_at
     from hpctrain.runs.logs import CHUNK
 
+    path, offset = edge.path(path, "path"), edge.count(offset, "offset")
     return read_at(path, offset, CHUNK)
 
 
@@ -452,6 +491,13 @@ def wait_all(
     `goodput`: the last statuses carry the goodput split."""
     from hpctrain.runs.status import MIN_INTERVAL_S, wait_until_ended
 
+    handles = edge.handles(handles, Run, "wait_all")
+    timeout, interval = (
+        edge.optional(edge.seconds, timeout, "timeout"),
+        edge.optional(edge.seconds, interval, "interval"),
+    )
+    edge.function(progress, "progress")
+    goodput = edge.flag(goodput, "goodput")
     deadline = None if timeout is None else time.monotonic() + timeout
 
     def on_poll(statuses: list[RunStatus], done: bool) -> None:
@@ -470,6 +516,8 @@ def statuses(handles: Sequence[Run], brief: bool = False, goodput: bool = True) 
     goodput split (not with `brief`)."""
     from hpctrain.runs.status import poll_statuses
 
+    handles = edge.handles(handles, Run, "statuses")
+    brief, goodput = edge.flag(brief, "brief"), edge.flag(goodput, "goodput")
     return poll_statuses([h.record for h in handles], brief=brief, goodput=goodput)
 
 
@@ -509,7 +557,12 @@ def submit_sweep(
     from hpctrain.rundir import home
     from hpctrain.sweep import plan
 
-    record = plan.submit(job, site, list(overrides), list(grid), backend, **options)
+    if not isinstance(job, str | Path):
+        raise InputError(f"job: a sweep's job is a path or an example's name, not {edge.type_name(job)}")
+    overrides, grid = edge.texts(overrides, "overrides"), edge.texts(grid, "grid")
+    edge.function(options.get("progress"), "progress")
+    edge.plain_data({k: v for k, v in options.items() if k != "progress"}, "options")
+    record = plan.submit(job, edge.site(site), overrides, grid, edge.backend(backend), **options)
     return Sweep(home() / "runs" / record.sweep_id, record)
 
 
@@ -520,6 +573,7 @@ def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
     from hpctrain.runs.index import Index
     from hpctrain.sweep import plan
 
+    keys, require = edge.texts(keys, "keys"), edge.flag(require, "require")
     index = Index()
     if not keys:
         roots = sorted({r.run_dir for r in index.runs()}, key=str)
@@ -541,7 +595,7 @@ def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
 
 def find_sweep(key: str) -> Sweep:
     """The one sweep a sweep id (or an array's job id) names; InputError when none."""
-    return list_sweeps([key])[0]
+    return list_sweeps([edge.text(key, "find_sweep")])[0]
 
 
 class Sweep:
@@ -579,6 +633,8 @@ class Sweep:
         from hpctrain.runs.status import MIN_INTERVAL_S
         from hpctrain.sweep.status import FINAL
 
+        timeout = edge.optional(edge.seconds, timeout, "timeout")
+        edge.function(progress, "progress")
         deadline = None if timeout is None else time.monotonic() + timeout
         delay = 1.0
         while True:
@@ -596,13 +652,15 @@ class Sweep:
         """The sweep's report: the metric per parameter (`out` may name that FILE.png), trials, best."""
         from hpctrain.report.sweep import report_sweep
 
-        return report_sweep(self.root, self.record, out)
+        with _writing(out):
+            return report_sweep(self.root, self.record, edge.optional(edge.path, out, "out"))
 
     def resume(self, progress: Callable[[str], None] | None = None) -> SweepRecord:
         """Carry on an optuna sweep in the foreground: wait for the trials in flight, ask again those that
         were cancelled, and run rounds until its budget is spent; `progress` hears what each round did."""
         from hpctrain.sweep.study import resume
 
+        edge.function(progress, "progress")
         self.record = resume(self.root, progress)
         return self.record
 
@@ -621,16 +679,16 @@ class Sweep:
 
 def ranked(trials: Sequence[TrialStatus], mode: str) -> list[TrialStatus]:
     """The trials best first by their metric (`mode` min or max); those without one last, by index."""
-    from hpctrain.sweep.status import rank
+    from hpctrain.sweep.status import TrialStatus, rank
 
-    return rank(list(trials), mode)
+    return rank(edge.handles(trials, TrialStatus, "ranked"), edge.text(mode, "mode"))
 
 
 def survey(handles: Sequence[Sweep]) -> list[SweepStatus]:
     """The status of every sweep given, from one poll."""
     from hpctrain.sweep.status import survey as survey_records
 
-    return survey_records([(h.root, h.record) for h in handles])
+    return survey_records([(h.root, h.record) for h in edge.handles(handles, Sweep, "survey")])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -668,7 +726,9 @@ def doctor(
     from hpctrain.site import doctor as checks
     from hpctrain.site.lookup import locate
 
-    profile = spec.load_site(locate(str(site)))
+    partition, job = edge.optional(edge.text, partition, "partition"), edge.flag(job, "job")
+    tolerance, timeout = edge.seconds(tolerance, "tolerance"), edge.seconds(timeout, "timeout")
+    profile = spec.load_site(locate(edge.site(site)))
     name, _ = profile.partition(partition)
     facts = ClusterFacts.read()
     findings = [*checks.accounting_findings(facts), checks.requeue_finding(profile, facts)]
@@ -702,7 +762,8 @@ def draft_site(name: str, probe: bool = True, timeout: float = 120.0) -> SiteDra
     from hpctrain.site import containers
     from hpctrain.site.builder import build_site, probe_or_none, render_yaml
 
-    if not re.match(spec.NAME, name):
+    probe, timeout = edge.flag(probe, "probe"), edge.seconds(timeout, "timeout")
+    if not re.match(spec.NAME, edge.text(name, "name")):
         raise SpecError(f"init-site: {name!r} is not a site name (letters, digits, . _ -)")
     facts = ClusterFacts.read()
     found, why = (None, "--no-probe") if not probe else probe_or_none(facts, timeout)
@@ -727,6 +788,7 @@ def site_reference(name: str, written: Path) -> str:
 
     from hpctrain.site.lookup import locate
 
+    name, written = edge.text(name, "name"), edge.path(written, "written")
     try:
         if locate(name).resolve() == written.resolve():
             return name
@@ -747,7 +809,8 @@ def write_report(target: str | Path, out: Path | None = None) -> Written:
     from hpctrain.runs.index import Index, check_key
     from hpctrain.sweep import plan
 
-    key = str(target)
+    key = str(edge.path(target, "target"))
+    out = edge.optional(edge.path, out, "out")
     path = Path(check_key(key))
     if key not in (".", "..") and path.is_dir():
         record = plan.load(path)
@@ -774,10 +837,21 @@ def _report_dir(run: RunDir, out: Path | None, **about: str | bool) -> Written:
     subject = Subject(root=str(run.root), **about)  # type: ignore[arg-type]
     folder = out or run.root / FOLDER
     elements = run.elements()
-    if elements and rundir.METRICS not in run.names:
-        trials = [Trial(f"element {i}", run.element(i)) for i in elements]
-        return report_trials(trials, subject, folder)
-    return report_run(run, subject, folder)
+    with _writing(folder):
+        if elements and rundir.METRICS not in run.names:
+            trials = [Trial(f"element {i}", run.element(i)) for i in elements]
+            return report_trials(trials, subject, folder)
+        return report_run(run, subject, folder)
+
+
+@contextlib.contextmanager
+def _writing(out: object) -> Iterator[None]:
+    """A report that cannot be written (a folder under /proc, a full disk) is one line naming where."""
+    try:
+        yield
+    except OSError as err:
+        where = err.filename or out
+        raise HpctrainError(f"report: cannot write {where}: {err.strerror or err}") from None
 
 
 def __getattr__(name: str) -> Any:

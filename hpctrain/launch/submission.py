@@ -107,6 +107,50 @@ def with_dependency(resolved: spec.Resolved, job_ids: list[str], kind: AfterKind
     return msgspec.structs.replace(resolved, job=job)
 
 
+def can_still_start(state: str, kind: AfterKind) -> bool:
+    """Whether a job waiting (`kind`) for a job that ended in `state` may start."""
+    if kind == "afterok":
+        return state == JobState.COMPLETED.value
+    if kind == "afternotok":
+        return state != JobState.COMPLETED.value
+    return True
+
+
+def check_dependencies(
+    index: Index, tracked: list[Run], untracked: list[str], kind: AfterKind, backend_name: str | None
+) -> None:
+    """Refuse a dependency that can never be met, before anything is written. Slurm forgets an ended job
+    after MinJobAge and then drops a dependency on it: the job would start at once, whatever `kind`
+    said. So the tracked runs are polled (one query per backend) and judged by the state they ended
+    in, and a job id hpctrain does not track must be one the scheduler knows."""
+    from hpctrain.runs.poll import ended, refresh
+
+    if kind not in AFTER_KINDS:
+        raise InputError(f"after: {kind!r} is not one of {', '.join(AFTER_KINDS)}")
+    backend = select_backend(backend_name)
+    if backend.name == "local":
+        return  # it refuses any dependency itself: it starts jobs at once
+    refresh(index, tracked)
+    for run in tracked:
+        if ended(run) and not can_still_start(run.state, kind):
+            raise InputError(
+                f"after: job {run.job_id} ({run.name}) ended {run.state}, so {kind} can never be met"
+                " (Slurm, once it forgets that job, would drop the dependency and start this one at once)"
+            )
+    if not untracked:
+        return
+    known = backend.poll(untracked)
+    for job_id in untracked:
+        info = known.get(job_id)
+        if info is None or info.state is JobState.UNKNOWN:
+            raise InputError(
+                f"after: job {job_id} is neither tracked by hpctrain nor known to the scheduler"
+                " (Slurm would drop the dependency and start this job at once)"
+            )
+        if info.state.terminal and not can_still_start(info.state.value, kind):
+            raise InputError(f"after: job {job_id} ended {info.state}, so {kind} can never be met")
+
+
 class Submitted(msgspec.Struct):
     run: Run
     error: str | None = None

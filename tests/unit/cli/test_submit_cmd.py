@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from hpctrain.scheduler.base import JobState
 from tests.conftest import JOBS
 from tests.unit.fake_sbatch import directive, fake_sbatch
 from tests.unit.tracked_runs import cli
@@ -16,7 +17,7 @@ JOB = str(JOBS / "digits-ddp.yaml")
 
 @pytest.fixture
 def sbatch(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
-    return fake_sbatch(monkeypatch)
+    return fake_sbatch(monkeypatch, held={"77": JobState.RUNNING})
 
 
 def test_after_names_a_tracked_run_by_its_run_id_or_an_untracked_job_by_its_id(
