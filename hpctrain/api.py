@@ -344,6 +344,9 @@ class Run:
 
         found = RunDir(self.run_dir).read_result()
         if found is None:
+            if self.ended():
+                ended_as = _state_text(self.record)
+                raise NoResult(f"run {self.run_id} (job {self.job_id}) ended {ended_as} without a result")
             raise NoResult(f"run {self.run_id} (job {self.job_id}) has no result yet ({self.record.state})")
         if isinstance(found, Unreadable):
             raise NoResult(str(found))
@@ -453,9 +456,10 @@ class Run:
             run_id=tracked.run_id,
         )
 
-    def cancel(self) -> None:
-        """Cancel the run's job (one scheduler call)."""
-        cancel([self])
+    def cancel(self) -> bool:
+        """Cancel the run's job (one poll, one scheduler call); False when it had already ended (then
+        nothing changes)."""
+        return bool(cancel([self]))
 
 
 # A log's last lines are looked for in at most this many bytes from its end.
@@ -521,20 +525,34 @@ def statuses(handles: Sequence[Run], brief: bool = False, goodput: bool = True) 
     return poll_statuses([h.record for h in handles], brief=brief, goodput=goodput)
 
 
-def cancel(handles: Sequence[Run]) -> None:
-    """Cancel the runs' jobs: one scheduler call per backend."""
+def cancel(handles: Sequence[Run]) -> list[Run]:
+    """Cancel the runs' jobs (one poll, then one scheduler call per backend); the runs whose cancel was
+    asked for. A run that has already ended is left as it is (not in the list): nothing is cancelled,
+    nothing recorded."""
     from hpctrain.runs.index import Index
-    from hpctrain.runs.poll import CANCEL_REQUESTED
+    from hpctrain.runs.poll import CANCEL_REQUESTED, ended, refresh
     from hpctrain.scheduler import select_backend
 
+    handles = edge.handles(handles, Run, "cancel")
     index = Index()
+    refresh(index, [h.record for h in handles if h.job_id])
+    asked = [h for h in handles if h.job_id and not ended(h.record)]
     by_backend: dict[str, list[RunRecord]] = {}
-    for handle in handles:
-        if handle.job_id:
-            by_backend.setdefault(handle.record.backend, []).append(handle.record)
+    for handle in asked:
+        by_backend.setdefault(handle.record.backend, []).append(handle.record)
     for backend_name, group in by_backend.items():
         select_backend(backend_name).cancel([r.job_id for r in group if r.job_id])
         index.update_states((r, r.state, CANCEL_REQUESTED) for r in group)
+    return asked
+
+
+def _state_text(record: RunRecord) -> str:
+    """The run's state as `status` shows it: `CANCELLED (by you)` when who cancelled it is known."""
+    from hpctrain.runs.poll import CANCELLED_BY
+
+    if record.state == "CANCELLED" and record.reason.startswith(CANCELLED_BY):
+        return f"{record.state} (by {record.reason.removeprefix(CANCELLED_BY)})"
+    return str(record.state)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,10 +18,13 @@ def run(args: argparse.Namespace) -> int:
     from hpctrain.errors import HpctrainError
 
     runs, missing = api.find_runs(args.jobs)
-    api.cancel(runs)
+    asked = api.cancel(runs)
     for run_ in runs:
-        if run_.job_id:
+        if run_ in asked:
             print(f"Cancelled job {run_.job_id} ({run_.name})")
+        elif run_.job_id:
+            # Nothing to do is no failure: the run is not running, which is what cancel asks for.
+            print(f"job {run_.job_id} ({run_.name}) already ended ({run_.record.state}): nothing to cancel")
     if missing:
         # After cancelling the others: one unknown id must not spare the jobs that were named.
         raise HpctrainError(f"not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)")

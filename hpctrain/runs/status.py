@@ -41,6 +41,8 @@ SHOWN_FAILURES = 8
 # Lines of a failed rank's log shown under it.
 LOG_TAIL_LINES = 5
 HANG_KILLED = "ended by the watchdog after the hang (Killed)"
+# srun's word for a task that SIGTERM ended: what scancel sends every task of a cancelled job.
+CANCEL_SIGNAL_WORD = "Terminated"
 
 
 class NotTracked(HpctrainError):
@@ -223,7 +225,7 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
     if not brief or failing or status.elements or progress.unreadable:
         status.restarts = run_summary(root)
     if failing:
-        tasks = failed_tasks(root)
+        tasks = failed_tasks_of(root, run.state)
         status.failed_tasks = tasks
         # An array's own directory holds no training: its elements tell what failed.
         if not status.elements:
@@ -249,9 +251,18 @@ def read_elements(root: RunDir, info: JobInfo | None) -> list[Element]:
         restarts = run_summary(element)
         failed = None
         if state in FAILURE_NAMES:
-            failed = explain_failures(element, progress, restarts, failed_tasks(element))
+            failed = explain_failures(element, progress, restarts, failed_tasks_of(element, state))
         out.append(Element(index, state, progress, str(element.root), restarts, failed))
     return out
+
+
+def failed_tasks_of(root: RunDir, state: str) -> list[FailedTask]:
+    """srun's failed tasks; of a cancelled run, not those the cancel itself ended (SIGTERM: srun says
+    `Terminated`), which failed nothing."""
+    tasks = failed_tasks(root)
+    if state == JobState.CANCELLED.value:
+        return [task for task in tasks if task.error != CANCEL_SIGNAL_WORD]
+    return tasks
 
 
 def explain_failures(

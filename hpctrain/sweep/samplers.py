@@ -17,13 +17,19 @@ from hpctrain.sweep.grid import expand, grid_size
 
 SIGNIFICANT_DIGITS = 6
 """Sampled floats are rounded to this many digits: trial tables and folders stay readable."""
+MAX_SEED = 2**32 - 1
+"""The largest seed (numpy's, under Optuna's samplers); one seed range for every sampler."""
 
 
 def check_space(chosen: spec.Sweep) -> None:
     """Refuse a space the sampler cannot draw from, naming the field."""
     if not chosen.grid:
         raise SpecError("sweep.grid: nothing to sweep; give --grid KEY=V1,V2 or a sweep.grid section")
+    if not 0 <= chosen.seed <= MAX_SEED:
+        raise SpecError(f"sweep.seed: {chosen.seed} is outside 0..{MAX_SEED}, the seeds Optuna takes")
     for key, dimension in chosen.grid.items():
+        if isinstance(dimension, list) and not dimension:
+            raise SpecError(f"sweep.grid.{key}: no values")
         if isinstance(dimension, Range):
             check_range(f"sweep.grid.{key}", dimension)
             if chosen.sampler == "grid":

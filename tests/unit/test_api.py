@@ -102,7 +102,7 @@ def test_a_refused_submission_raises_and_stays_recorded(
 def test_a_run_hands_back_its_result_metrics_and_logs_as_the_contracts_structs(hpctrain_home: Path) -> None:
     root = track(hpctrain_home, "local-1", "COMPLETED")
     run = api.find_run("local-1")
-    with pytest.raises(api.NoResult, match="no result yet"):
+    with pytest.raises(api.NoResult, match="ended COMPLETED without a result"):
         run.result()
     with pytest.raises(api.NoLog, match=r"no log logs/rank-1\.log"):
         run.logs(rank=1)

@@ -50,7 +50,7 @@ def inside(value: object, dimension: Range | list) -> bool:
     return dimension.low <= value <= dimension.high
 
 
-@given(SPACES, st.integers(1, 20), st.integers(0, 2**32))
+@given(SPACES, st.integers(1, 20), st.integers(0, samplers.MAX_SEED))
 def test_random_trials_stay_inside_the_declared_space(space: dict, budget: int, seed: int) -> None:
     chosen = spec.Sweep(grid=space, sampler="random", budget=budget, seed=seed)
     trials = samplers.points(chosen)
@@ -61,7 +61,7 @@ def test_random_trials_stay_inside_the_declared_space(space: dict, budget: int, 
             assert inside(value, space[key]), (key, value, space[key])
 
 
-@given(SPACES, st.integers(1, 20), st.integers(0, 2**32))
+@given(SPACES, st.integers(1, 20), st.integers(0, samplers.MAX_SEED))
 def test_the_same_seed_draws_the_same_trials(space: dict, budget: int, seed: int) -> None:
     chosen = spec.Sweep(grid=space, sampler="random", budget=budget, seed=seed)
     assert samplers.points(chosen) == samplers.points(chosen)
@@ -115,6 +115,10 @@ def test_a_range_and_a_list_decode_from_a_job_file() -> None:
             "either log or stepped",
         ),
         (spec.Sweep(grid={"train.lr": [0.1]}, sampler="random", budget=2, random=1), "sweep.random:"),
+        (spec.Sweep(grid={"train.lr": []}, sampler="random", budget=2), "sweep.grid.train.lr: no values"),
+        (spec.Sweep(grid={"train.lr": []}, sampler="optuna", budget=2), "sweep.grid.train.lr: no values"),
+        (spec.Sweep(grid={"train.lr": [1]}, sampler="optuna", budget=2, seed=2**32), "sweep.seed: 42949"),
+        (spec.Sweep(grid={"train.lr": [1]}, sampler="random", budget=2, seed=-1), "sweep.seed: -1 is"),
     ],
 )
 def test_a_space_the_sampler_cannot_draw_from_is_one_clear_error(chosen: spec.Sweep, message: str) -> None:
