@@ -79,7 +79,8 @@ class Index:
     more than KEEP_RECENT_S ago move to `index-archive.jsonl` (one line per run, sorted by submission
     time), the others stay. So `status` reads only the journal, `list -n N` the archive's last N lines,
     and a lookup by id decodes only the archive lines that contain the id. A line that does not decode
-    (a crash mid-append, a hand edit) is skipped with one warning; compaction sets it aside in
+    (a crash mid-append, a hand edit), or names an unknown backend or a time that is no date, is
+    skipped with one warning; compaction sets it aside in
     `index-rejected.jsonl`. (Plain files, not sqlite: importing sqlite3 costs more than a submission.)
     """
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 from pathlib import Path
@@ -11,6 +12,7 @@ import msgspec
 
 from hpctrain.rundir import Run
 from hpctrain.rundir.io import decode_hook, encode_hook
+from hpctrain.scheduler import NAMES
 from hpctrain.scheduler.base import JobState
 
 
@@ -51,9 +53,12 @@ _warned = False
 
 
 def decode(data: bytes, where: Path) -> Decoded:
-    """Every line that decodes; the others are skipped, with one warning per process on stderr."""
+    """Every line that decodes to a usable run or change; the others are skipped, with one warning per
+    process on stderr: a damaged line never hides its neighbours."""
     try:
-        return Decoded(_DECODER.decode_lines(data), [])
+        whole = _DECODER.decode_lines(data)
+        if all(usable(line) for line in whole):
+            return Decoded(whole, [])
     except msgspec.MsgspecError:
         pass  # some line is bad: decode them one by one
     lines: list[Added | Changed] = []
@@ -62,12 +67,33 @@ def decode(data: bytes, where: Path) -> Decoded:
         if not text.strip():
             continue
         try:
-            lines.append(_DECODER.decode(text))
+            line = _DECODER.decode(text)
         except msgspec.MsgspecError:
+            line = None
+        if line is not None and usable(line):
+            lines.append(line)
+        else:
             bad.append((number, text))
     if bad:
         warn_unreadable(where, bad)
     return Decoded(lines, bad)
+
+
+# Backends a recorded run may name: those that submit, and `?` for a run directory whose submit was killed
+# before it said which (index.unsubmitted).
+RECORDED_BACKENDS = frozenset((*NAMES, "?"))
+# Times are seconds since the epoch; past this (the year 5138) a number is damage, not a date, and
+# formatting it as one overflows.
+LATEST_TIME = 1e11
+
+
+def usable(line: Added | Changed) -> bool:
+    """Whether a decoded line can be acted on: a known backend, times that are dates. Such a line
+    that decodes but would stop every verb (`unknown backend`, an OverflowError) is a damaged line."""
+    times = (line.submitted_at, line.state_at) if isinstance(line, Added) else (line.at,)
+    if not all(math.isfinite(t) and 0 <= t < LATEST_TIME for t in times):
+        return False
+    return not isinstance(line, Added) or line.backend in RECORDED_BACKENDS
 
 
 def silence_warnings() -> None:
