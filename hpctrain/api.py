@@ -715,7 +715,7 @@ def survey(handles: Sequence[Sweep]) -> list[SweepStatus]:
 
 
 class DoctorReport:
-    """What `doctor` found: the profile's name, every finding (scope, check, PASS/WARN/FAIL, detail)
+    """What `doctor` found: the profile's name, every finding (scope, check, PASS/WARN/FAIL/SKIP, detail)
     and the nodes that failed a check."""
 
     def __init__(self, site: str, findings: list[Finding], bad_nodes: list[str]) -> None:
@@ -827,7 +827,7 @@ def write_report(target: str | Path, out: Path | None = None) -> Written:
     from hpctrain.runs.index import Index, check_key
     from hpctrain.sweep import plan
 
-    key = str(edge.path(target, "target"))
+    key = target if isinstance(target, str) else str(edge.path(target, "target"))
     out = edge.optional(edge.path, out, "out")
     path = Path(check_key(key))
     if key not in (".", "..") and path.is_dir():

@@ -28,12 +28,16 @@ def run(args: argparse.Namespace) -> int:
 
     from hpctrain import api
     from hpctrain.cli.view.table import print_json, table
+    from hpctrain.errors import InputError
 
-    limit = None if args.all else max(args.limit, 1)
+    if args.limit < 0 and not args.all:
+        raise InputError(f"--limit: {args.limit} is below 0")
+    limit = None if args.all else args.limit
     # Run directories whose submit was killed before recording them are listed as never submitted
     # (without --all: those made within the last hours, the newest that are listed).
-    runs = [handle.record for handle in api.list_runs(everything=True, limit=limit + 1 if limit else None)]
-    if limit and len(runs) > limit:
+    asked = None if limit is None else limit + 1  # one more tells whether there are more
+    runs = [handle.record for handle in api.list_runs(everything=True, limit=asked)]
+    if limit is not None and len(runs) > limit:
         runs = runs[:limit]
         print(f"hpctrain: the newest {limit} runs; `hpctrain list --all` shows every one", file=sys.stderr)
     if args.json:

@@ -147,7 +147,7 @@ def check_entrypoint(entrypoint: str, origin: str, cwd: Path | None = None) -> N
 def check_paths(resolved: Resolved, origin: str) -> None:
     """The files the job and site name exist here: site.python, and train.options *_dir/*_path/... values."""
     python = resolved.site.python
-    if python and not os.access(python, os.X_OK):
+    if python and not os.access(os.path.expanduser(python), os.X_OK):
         raise SpecError(f"{origin}: site.python: {python} is not an executable file on this host")
     for key, value in resolved.job.train.options.items():
         if key.endswith(PATH_KEY_SUFFIXES) and isinstance(value, str) and not os.access(value, os.R_OK):

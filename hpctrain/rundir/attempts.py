@@ -292,15 +292,26 @@ def run_summary(run: RunDir) -> RestartSummary | None:
     if not history.lines:
         return None
     job = _job_part(run)
+    if job is None:
+        # spec.json is unreadable: the budget is unknown, so only what happened is told (no `of N`,
+        # restarts counted as the attempts that did start after a fault).
+        summary = summarize(history, Policy(max=None))
+        started = {line.attempt for line in history.lines if line.event == "start"}
+        summary.restarts = sum(1 for fault in history.restarts() if fault.attempt + 1 in started)
+        return summary
     policy = Policy(job.restart.max, tuple(job.restart.on), job.restart.exclude_failed_nodes)
     return summarize(history, policy, job.resources.nodes)
 
 
-def _job_part(run: RunDir) -> _JobPart:
+def _job_part(run: RunDir) -> _JobPart | None:
+    """The job's restart and resources settings (the defaults without spec.json); None when spec.json
+    is there but cannot be read."""
     spec = read_json(run.spec, _SpecPart, max_bytes=4 * MAX_JSON_BYTES, below=run.top)
-    return spec.job if isinstance(spec, _SpecPart) else _JobPart()
+    if spec is None:
+        return _JobPart()
+    return spec.job if isinstance(spec, _SpecPart) else None
 
 
 def restart_policy(run: RunDir) -> _RestartPart:
     """The run's restart settings (defaults when spec.json is unreadable)."""
-    return _job_part(run).restart
+    return (_job_part(run) or _JobPart()).restart

@@ -318,12 +318,14 @@ class Index:
 
     def runs(self, limit: int | None = None) -> list[Run]:
         """Runs newest first; with `limit`, only the archive's last `limit` lines are read."""
+        if limit == 0:
+            return []
         journal = self._journal()
         read = (lambda: self._archive_tail(limit)) if limit else (lambda: self._read(self.archive_path))
         merged = self._archived(journal.archived_changes, read)
         merged.update(journal.runs)
         ordered = sorted(merged.values(), key=lambda r: r.submitted_at, reverse=True)
-        return ordered[:limit] if limit else ordered
+        return ordered if limit is None else ordered[:limit]
 
     def recent(self, since: float | None = None) -> list[Run]:
         """Runs still active or changed since `since` (default: KEEP_RECENT_S ago), newest first."""

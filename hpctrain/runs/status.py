@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import msgspec
 
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, one_line
 from hpctrain.rundir import RestartSummary, RunDir, tail_lines
 from hpctrain.rundir.attempts import run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
@@ -49,6 +49,9 @@ class NotTracked(HpctrainError):
     """A job id or run id that hpctrain has no record of."""
 
     exit_code = 1
+
+    def __str__(self) -> str:
+        return one_line(super().__str__())  # the keys are quoted as given: a newline stays escaped
 
 
 class FailedRank(msgspec.Struct, omit_defaults=True):

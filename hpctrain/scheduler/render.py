@@ -55,12 +55,24 @@ def environment(folder: str) -> Any:
         autoescape=False,
     )
     env.filters["q"] = shell_quote
+    env.filters["q_path"] = shell_quote_path
     return env
 
 
 def shell_quote(value: object) -> str:
     """Always single-quote: shlex leaves words like `=mlx5_0:1` bare, which bash then misreads."""
     return "'" + str(value).replace("'", "'\"'\"'") + "'"
+
+
+def shell_quote_path(value: object) -> str:
+    """A path quoted as any value, but for a leading `~` or `~/`, which the shell expands only unquoted
+    (SC2088): it becomes `"$HOME"`, so `python: ~/venv/bin/python` is found in the job's home."""
+    text = str(value)
+    if text == "~":
+        return '"$HOME"'
+    if text.startswith("~/"):
+        return '"$HOME"/' + shell_quote(text[2:])
+    return shell_quote(text)
 
 
 def slurm_directive_path(path: Path) -> str:

@@ -1,6 +1,7 @@
 """Doctor's checks: a site profile against the live cluster, then a preflight job over its nodes.
 
-Every check gives a Finding (scope = `cluster`, a partition or a node; PASS/WARN/FAIL; detail).
+Every check gives a Finding (scope = `cluster`, a partition or a node; PASS/WARN/FAIL, or SKIP where
+there is nothing to check; detail).
 The preflight job is hpctrain.runtime.preflight run with one task per healthy node.
 """
 
@@ -38,7 +39,7 @@ BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO
 class Finding:
     scope: str
     check: str
-    status: str  # PASS, WARN or FAIL
+    status: str  # PASS, WARN, FAIL, or SKIP (nothing to check: a runtime neither installed nor listed)
     detail: str
 
 
@@ -129,7 +130,7 @@ def container_findings(site: Site, found: dict[str, str]) -> list[Finding]:
             status = "PASS" if listed else "WARN"
             detail = found[runtime] + ("" if listed else "; add it to the profile's container_runtimes")
         else:
-            status = "FAIL" if listed else "PASS"
+            status = "FAIL" if listed else "SKIP"
             detail = "listed in container_runtimes, not found" if listed else "not installed"
         findings.append(Finding("cluster", f"container {runtime}", status, detail))
     return findings

@@ -19,6 +19,7 @@ from hpctrain import api
 from hpctrain.errors import HpctrainError, InputError
 from hpctrain.rundir import RunDir
 from hpctrain.runs.index import Index
+from hpctrain.runs.status import NotTracked
 from hpctrain.scheduler.base import JobState
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from tests.conftest import JOBS
@@ -253,3 +254,22 @@ def no_slurm(empty: Path) -> Iterator[None]:
         yield
     finally:
         os.environ["PATH"] = before
+
+
+# -- item 15: small ones -------------------------------------------------------------------------------
+
+
+def test_a_limit_of_zero_lists_no_run(home: Path) -> None:
+    for job_id in ("1", "2"):
+        track(home, job_id, "COMPLETED")
+    assert api.list_runs(everything=True, limit=0) == []
+    assert [r.job_id for r in api.list_runs(everything=True, limit=1)] == ["2"]
+    listed = cli("list", "-n", "0")
+    assert listed.code == 0 and listed.stdout.splitlines()[1:] == []
+    assert cli("list", "-n", "-1").code == 2
+
+
+def test_an_untracked_key_with_a_newline_is_one_line(home: Path) -> None:
+    with pytest.raises(NotTracked) as caught:
+        api.find_run("12\n34")
+    assert "\n" not in str(caught.value) and "12\\n34" in str(caught.value)

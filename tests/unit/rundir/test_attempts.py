@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import typing
+from pathlib import Path
 
 import msgspec
 import pytest
 
 from hpctrain.errors import SpecError
-from hpctrain.rundir import AttemptLine
-from hpctrain.rundir.attempts import FAULTS, PROCESS_FAULTS, History, Outcome, describe_end
+from hpctrain.rundir import AttemptLine, RunDir, append_line
+from hpctrain.rundir.attempts import (
+    FAULTS,
+    PROCESS_FAULTS,
+    History,
+    Outcome,
+    describe_end,
+    run_summary,
+    summary_line,
+)
 from hpctrain.spec.job import Fault, Restart
 
 
@@ -43,3 +52,17 @@ def test_a_spec_with_an_unknown_fault_is_a_one_line_error() -> None:
     with pytest.raises(SpecError) as caught:
         decode(JobSpec, job, "job.yaml")
     assert "restart.on" in str(caught.value) and "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("spec_text", ['{"job": {"restart": {"max": 0}}}', "garbage{", '{"job": []}'])
+def test_a_run_without_a_readable_budget_claims_no_restart_it_did_not_make(
+    spec_text: str, tmp_path: Path
+) -> None:
+    run = RunDir(tmp_path)
+    run.spec.write_text(spec_text)
+    append_line(run.attempts, AttemptLine(attempt=0, event="start", time=1.0, nodes=["n1"]))
+    append_line(run.attempts, AttemptLine(attempt=0, event="end", time=2.0, outcome=Outcome.RANK_FAILURE))
+    summary = run_summary(RunDir(tmp_path))
+    assert summary is not None and summary.restarts == 0
+    line = summary_line(summary)
+    assert line.startswith("restarts: 0") and " of 3" not in line

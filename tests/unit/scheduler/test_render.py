@@ -181,3 +181,26 @@ def test_a_site_with_expedited_requeue_asks_for_it_and_a_failed_script_ends_unre
     shellcheck(script, tmp_path)
     plain = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
     assert "--requeue=expedite" not in plain and "end_without_requeue" not in plain
+
+
+@pytest.mark.parametrize("template", ["sbatch.sh.j2", "local.sh.j2"])
+@pytest.mark.parametrize(
+    ("python", "expanded"),
+    [("~/venv/bin/python", "/home/u/venv/bin/python"), ("/opt/~x/python", "/opt/~x/python")],
+)
+def test_a_python_under_the_home_folder_expands_in_the_job(
+    python: str, expanded: str, template: str, tmp_path: Path
+) -> None:
+    job = spec.load_job(JOBS / "digits-ddp.yaml", [f"python={python}"])
+    resolved = spec.resolve(job, spec.load_site(SITES / "local.yaml"))
+    script = render(resolved, tmp_path / "run", template=template)
+    (line,) = [row for row in script.splitlines() if row.startswith("PYTHON=")]
+    shown = subprocess.run(
+        ["bash", "-c", f'{line}; printf %s "$PYTHON"'],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={"HOME": "/home/u"},
+    )
+    assert shown.stdout == expanded
+    shellcheck(script, tmp_path)
