@@ -14,9 +14,10 @@ from collections.abc import Callable
 import msgspec
 
 from hpctrain.errors import HpctrainError, one_line
-from hpctrain.rundir import RestartSummary, RunDir, tail_lines
+from hpctrain.rundir import MAX_JSON_BYTES, RestartSummary, RunDir, SweepRecord, read_json, tail_lines
 from hpctrain.rundir.attempts import run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
+from hpctrain.rundir.names import SWEEP
 from hpctrain.runs import health
 from hpctrain.runs.health import Health
 from hpctrain.runs.index import Index, Run
@@ -224,7 +225,7 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
     if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
         status.cancelled_by = run.reason.removeprefix(CANCELLED_BY)
     if not brief or progress.result is None:
-        status.elements = read_elements(root, info)
+        status.elements = read_elements(root, info, array_trials(run, root))
     if not brief or failing or status.elements or progress.unreadable:
         status.restarts = run_summary(root)
     if failing:
@@ -241,14 +242,32 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
     return status
 
 
-def read_elements(root: RunDir, info: JobInfo | None) -> list[Element]:
-    """Each started array element: its state from the scheduler or else its recorded exit code,
-    its progress, restarts and, if it failed, who failed."""
+def array_trials(run: Run, root: RunDir) -> range | None:
+    """The element folders that belong to this index entry: a sweep's root holds the trials of all its
+    arrays, and the array whose run id ends `+OFFSET` (the first: none) holds trials OFFSET and on, as
+    its array indices 0 and on. None: every folder is the run's own (a plain job array)."""
+    if SWEEP not in root.names:
+        return None
+    record = read_json(root.sweep, SweepRecord, max_bytes=64 * MAX_JSON_BYTES, below=root.top)
+    if not isinstance(record, SweepRecord):
+        return None
+    _, plus, suffix = run.run_id.rpartition("+")
+    offset = int(suffix) if plus and suffix.isdigit() else 0
+    chunk = next((c for c in record.arrays if c.offset == offset), None)
+    return None if chunk is None else range(offset, offset + chunk.count)
+
+
+def read_elements(root: RunDir, info: JobInfo | None, trials: range | None = None) -> list[Element]:
+    """Each started array element (of `trials` only, when given: one array of a sweep): its state from
+    the scheduler or else its recorded exit code, its progress, restarts and, if it failed, who failed."""
     states = info.elements if info else {}
+    offset = trials.start if trials is not None else 0
     out = []
     for index in root.elements():
+        if trials is not None and index not in trials:
+            continue
         element = root.element(index)
-        found = states.get(str(index)) or exit_state(element)
+        found = states.get(str(index - offset)) or exit_state(element)
         state = found.value if found else "-"
         progress = read_progress(element)
         restarts = run_summary(element)

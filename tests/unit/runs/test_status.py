@@ -8,7 +8,18 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from hpctrain.rundir import AttemptLine, FailureReport, HangReport, Result, RunDir, append_line, metric_line
+from hpctrain.rundir import (
+    ArrayChunk,
+    AttemptLine,
+    FailureReport,
+    HangReport,
+    Result,
+    RunDir,
+    SweepRecord,
+    append_line,
+    metric_line,
+    write_json,
+)
 from hpctrain.runs.index import Index
 from hpctrain.runs.status import (
     HANG_KILLED,
@@ -178,3 +189,38 @@ def test_status_json_carries_the_goodput_split(tmp_path: Path) -> None:
     assert status.goodput == compute(lines, metrics, 0.0)
     encoded = msgspec.to_builtins(status)["goodput"]
     assert encoded["rollback_s"] == 7.0 and encoded["detection_s"] == 5.0 and encoded["wall_s"] == 57.0
+
+
+def test_each_array_of_a_sweep_shows_only_its_own_trials(home: Path) -> None:
+    first = track(home, "55", "COMPLETED", name="sweep")
+    record = SweepRecord(
+        sweep_id=first.root.name,
+        name="sweep",
+        site="local",
+        backend="local",
+        submitted_at=0.0,
+        metric="loss",
+        mode="min",
+        params=[],
+        trials=[],
+        arrays=[ArrayChunk(offset=0, count=3, job_id="55"), ArrayChunk(offset=3, count=3, job_id="56")],
+    )
+    write_json(first.sweep, record)
+    index = Index(home)
+    (entry,) = index.runs()
+    second = msgspec.structs.replace(entry, run_id=f"{entry.run_id}+3", job_id="56")
+    index.add(second)
+    for trial in range(6):
+        first.element(trial).logs.mkdir(parents=True)
+        first.element(trial).exit_codes.write_text(f"{55 if trial < 3 else 56} {trial % 2}\n")
+    by_job = {s.job_id: s for s in statuses(home, "55", "56")}
+    assert [(e.index, e.state) for e in by_job["55"].elements] == [
+        (0, "COMPLETED"),
+        (1, "FAILED"),
+        (2, "COMPLETED"),
+    ]
+    assert [(e.index, e.state) for e in by_job["56"].elements] == [
+        (3, "FAILED"),
+        (4, "COMPLETED"),
+        (5, "FAILED"),
+    ]
