@@ -584,14 +584,16 @@ def submit_sweep(
     return Sweep(home() / "runs" / record.sweep_id, record)
 
 
-def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
-    """The sweeps named by sweep id (or a prefix, or an array's job id), else every tracked sweep.
-    An unknown key raises InputError, unless `require` is false (then it is left out)."""
+def list_sweeps(keys: Sequence[str] = (), require: bool = True, by_name: bool = False) -> list[Sweep]:
+    """The sweeps named by sweep id (or a prefix, or an array's job id), else every tracked sweep; with
+    `by_name`, a key that names none so is a job name: every sweep of that name, newest first. An
+    unknown key raises InputError, unless `require` is false (then it is left out)."""
     from hpctrain import rundir
     from hpctrain.runs.index import Index
     from hpctrain.sweep import plan
 
     keys, require = edge.texts(keys, "keys"), edge.flag(require, "require")
+    by_name = edge.flag(by_name, "by_name")
     index = Index()
     if not keys:
         roots = sorted({r.run_dir for r in index.runs()}, key=str)
@@ -600,15 +602,24 @@ def list_sweeps(keys: Sequence[str] = (), require: bool = True) -> list[Sweep]:
     out = []
     for key in keys:
         match = plan.find(index, key)
-        if match is None:
+        named = _sweeps_named(index, key) if match is None and by_name else []
+        if match is None and not named:
             if require:
                 raise InputError(f"{key} is not a sweep tracked by hpctrain (see `hpctrain sweep status`)")
             continue
-        root, record = match
-        if isinstance(record, rundir.Unreadable):
-            raise InputError(str(record))
-        out.append(Sweep(root, record))
+        for root, record in [match] if match is not None else named:
+            if isinstance(record, rundir.Unreadable):
+                raise InputError(str(record))
+            out.append(Sweep(root, record))
     return out
+
+
+def _sweeps_named(index: Index, name: str) -> list[tuple[Path, SweepRecord]]:
+    from hpctrain.sweep import plan
+
+    roots = dict.fromkeys(r.run_dir for r in index.runs() if r.name == name)  # newest first
+    found = [(root, plan.load(root)) for root in roots]
+    return [(root, record) for root, record in found if isinstance(record, plan.SweepRecord)]
 
 
 def find_sweep(key: str) -> Sweep:
@@ -886,6 +897,7 @@ _STRUCTS: Mapping[str, str] = {
     "FieldDoc": "hpctrain.spec",
     "JobSource": "hpctrain.launch.submission",
     "JobSpec": "hpctrain.spec",
+    "JobState": "hpctrain.scheduler.base",
     "NotTracked": "hpctrain.runs.status",
     "Resources": "hpctrain.spec",
     "Train": "hpctrain.spec",

@@ -8,7 +8,20 @@ import argparse
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     from hpctrain.cli.view.status import MIN_INTERVAL_S
 
-    parser.add_argument("jobs", nargs="*", metavar="JOBID", help="Job ids or run ids (default: recent jobs).")
+    parser.add_argument(
+        "jobs",
+        nargs="*",
+        metavar="JOB",
+        help="Job ids, run ids (or their date-time prefix) or job names, each name every run of it"
+        " (default: recent jobs, one line each; name a job for its detail).",
+    )
+    parser.add_argument(
+        "--state",
+        action="append",
+        default=[],
+        metavar="STATE",
+        help="Only jobs in this state, e.g. --state FAILED or --state RUNNING,PENDING (repeatable).",
+    )
     parser.add_argument("--all", action="store_true", help="Every tracked job, not only the last day's.")
     parser.add_argument("--watch", action="store_true", help="Poll until every shown job has ended.")
     parser.add_argument(
@@ -36,14 +49,19 @@ def run(args: argparse.Namespace) -> int:
         if (code := status_hook(args)) is not None:
             return code
 
+    wanted = _states(args.state)
     runs = api.list_runs(args.jobs, everything=args.all)
     detail = bool(args.jobs)
+    if wanted and args.watch:
+        api.statuses(runs, brief=True)  # one poll: what is followed is chosen by its state now
+        runs = [r for r in runs if r.record.state in wanted]
     if args.watch:
         statuses = wait_for(runs, quiet=args.json, interval=args.interval, detail=detail)
     else:
         # The table of many jobs needs only what result.json holds of ended ones; JSON and detail read
         # all but the goodput split, which only JSON shows (`hpctrain report` draws it).
         statuses = api.statuses(runs, brief=not args.json and not detail, goodput=args.json)
+        statuses = [s for s in statuses if s.state in wanted] if wanted else statuses
     if args.json:
         print_json(msgspec.to_builtins(statuses))
     elif not args.watch:
@@ -51,3 +69,15 @@ def run(args: argparse.Namespace) -> int:
     if args.watch:
         return 0
     return 1 if args.jobs and any(s.state == "SUBMIT_FAILED" for s in statuses) else 0
+
+
+def _states(asked: list[str]) -> set[str]:
+    """The --state values (comma lists allowed), checked against the states a job can be in."""
+    from hpctrain import api
+    from hpctrain.errors import InputError
+
+    known = {state.value for state in api.JobState}
+    wanted = {part.strip().upper() for value in asked for part in value.split(",") if part.strip()}
+    if unknown := sorted(wanted - known):
+        raise InputError(f"--state: {', '.join(unknown)} is not a state ({', '.join(sorted(known))})")
+    return wanted

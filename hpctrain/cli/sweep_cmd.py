@@ -131,7 +131,7 @@ def submit(args: argparse.Namespace) -> int:
 def status(keys: list[str], args: argparse.Namespace) -> int:
     from hpctrain import api
 
-    summaries = api.survey(api.list_sweeps(keys))
+    summaries = api.survey(api.list_sweeps(keys, by_name=True))
     if args.json:
         import msgspec
 
@@ -176,7 +176,8 @@ def _all_sweeps(args: argparse.Namespace) -> list[str]:
     from hpctrain import api
 
     keys = list(getattr(args, "jobs", []) or [])
-    return keys if keys and len(api.list_sweeps(keys, require=False)) == len(keys) else []
+    every = keys and all(api.list_sweeps([key], require=False, by_name=True) for key in keys)
+    return keys if every else []
 
 
 def status_hook(args: argparse.Namespace) -> int | None:

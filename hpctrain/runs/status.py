@@ -122,10 +122,16 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
 
 
 def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
-    """The runs named by job id or run id (some unknown: a warning; all unknown: an error), else recent."""
+    """The runs named by job id, run id (or its prefix) or job name (every run of that name, newest
+    first); some keys unknown: a warning; all unknown: an error. Without keys, the recent runs."""
     index = index or Index()
     if keys:
         runs, missing = index.find(keys)
+        if missing:
+            named = [run for run in index.runs() if run.name in missing]
+            known = {run.run_id for run in runs}
+            runs += [run for run in named if run.run_id not in known]
+            missing = [key for key in missing if not any(run.name == key for run in named)]
         if missing:
             message = f"not tracked by hpctrain: {', '.join(missing)} (see `hpctrain list`)"
             if not runs:

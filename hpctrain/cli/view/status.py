@@ -190,20 +190,30 @@ def _show_run(label: str, run: RunStatus | Element, detail: bool) -> None:
     for problem in prog.unreadable:
         print(f"  {label}: {printable(problem.replace(run.run_dir + '/', ''))}")
     if run.failed_ranks is not None:
-        _show_failed(label, run.state, run.failed_ranks)
+        _show_failed(label, run.state, run.failed_ranks, detail)
     if detail:
         _show_detail(prog)
 
 
-def _show_failed(label: str, state: str, failed: FailedRanks) -> None:
+def _show_failed(label: str, state: str, failed: FailedRanks, detail: bool = True) -> None:
     """A block per failed rank of a FAILED run, one line for a run the scheduler ended, none for a
-    cancelled one (its row says so)."""
+    cancelled one (its row says so). Without `detail` (the table of recent runs) a FAILED run gets one
+    line too, its first failed rank: `status JOBID` shows every rank and its log's last lines."""
     if state in ONE_LINE_STATES:
         first = (failed.named or failed.reported)[:1]
         where = f": rank {first[0].rank} on {printable(first[0].node)}" if first else ""
         print(f"  {label}: {state} ({ONE_LINE_STATES[state]}{where}); batch log: {failed.batch_log}")
         return
     if state != "FAILED":
+        return
+    if not detail:
+        ranks = [*failed.named, *failed.reported]
+        first = ranks[0] if ranks else None
+        who = f": rank {first.rank} on {printable(first.node)}: {printable(first.cause)}" if first else ""
+        count = len(ranks) + failed.more
+        more = f" and {count - 1} more" if count > 1 else ""
+        job = label.removeprefix("job ").partition("_")[0]
+        print(f"  {label}: FAILED{who}{more} (`hpctrain status {job}` for the logs)")
         return
     for rank in failed.named:
         print(f"  {label}: rank {rank.rank} on {printable(rank.node)} failed: {printable(rank.cause)}")
