@@ -15,9 +15,9 @@ import msgspec
 
 from hpctrain.errors import HpctrainError, one_line
 from hpctrain.rundir import MAX_JSON_BYTES, RestartSummary, RunDir, SweepRecord, read_json, tail_lines
-from hpctrain.rundir.attempts import run_summary
+from hpctrain.rundir.attempts import History, run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
-from hpctrain.rundir.names import SWEEP
+from hpctrain.rundir.names import ATTEMPTS, SWEEP
 from hpctrain.runs import health
 from hpctrain.runs.health import Health
 from hpctrain.runs.index import Index, Run
@@ -230,6 +230,9 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
     )
     if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
         status.cancelled_by = run.reason.removeprefix(CANCELLED_BY)
+    if run.state == JobState.PENDING.value and (requeue := requeued(root)):
+        slurm_says = run.reason if run.reason not in ("", "None") else ""
+        status.reason = requeue + (f" ({slurm_says})" if slurm_says else "")
     if not brief or progress.result is None:
         status.elements = read_elements(root, info, array_trials(run, root))
     if not brief or failing or status.elements or progress.unreadable:
@@ -261,6 +264,36 @@ def array_trials(run: Run, root: RunDir) -> range | None:
     offset = int(suffix) if plus and suffix.isdigit() else 0
     chunk = next((c for c in record.arrays if c.offset == offset), None)
     return None if chunk is None else range(offset, offset + chunk.count)
+
+
+# How a pending run that ran before came to wait again, by the outcome of its last attempt.
+REQUEUED_AFTER = {
+    "preempted": "the preemption or time-limit signal (checkpointed)",
+    "node_failure": "a node failure",
+    "hang": "a hang",
+    "rank_failure": "a rank failure",
+    "preflight": "a failed preflight",
+    "grow_back": "a node came back (growing back)",
+    "launch": "a failed launch",
+}
+
+
+def requeued(root: RunDir) -> str:
+    """Why a pending run that has run before waits, and which attempt comes next (first: the table cuts
+    a long reason): `attempt 2 next, requeued after a node failure`; empty for a run never started."""
+    if ATTEMPTS not in root.names:
+        return ""
+    history = History.read(root)
+    if not history.lines:
+        return ""
+    if history.open_attempt() is not None:  # started, never ended: Slurm requeued it with its node
+        cause = "its allocation was lost (a node failure)"
+    elif history.ends:
+        outcome = str(history.ends[-1].outcome)
+        cause = REQUEUED_AFTER.get(outcome, outcome.replace("_", " "))
+    else:
+        return ""
+    return f"attempt {history.next_attempt()} next, requeued after {cause}"
 
 
 def read_elements(root: RunDir, info: JobInfo | None, trials: range | None = None) -> list[Element]:

@@ -167,6 +167,8 @@ def _show_problems(status: RunStatus, detail: bool) -> None:
         print(f"  {status.run_id}: not submitted: {reason} (script kept in {status.run_dir})")
         return
     label = f"job {status.job_id}"
+    if detail and status.state == JobState.PENDING and status.reason:
+        print(f"  {label}: pending: {printable(status.reason)}")  # whole, where the table cuts it
     _show_run(label, status, detail)
     for element in status.elements:
         _show_run(f"{label}_{element.index}", element, detail)

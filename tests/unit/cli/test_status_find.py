@@ -8,7 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.rundir import ArrayChunk, FailureReport, SweepRecord, Trial, write_json
+from hpctrain import api
+from hpctrain.rundir import (
+    ArrayChunk,
+    AttemptLine,
+    FailureReport,
+    SweepRecord,
+    Trial,
+    append_line,
+    write_json,
+)
+from hpctrain.scheduler.base import JobState
+from tests.unit.fake_sbatch import fake_sbatch
 from tests.unit.tracked_runs import cli, home_env, track
 
 
@@ -80,3 +91,35 @@ def test_sweep_status_takes_the_sweeps_name(home: Path) -> None:
         assert shown.code == 0, shown.stderr
         assert len([line for line in shown.stdout.splitlines() if "1 trials" in line]) == 2, shown.stdout
     assert cli("sweep", "cancel", "lr-sweep").code == 2  # a name is not enough to cancel
+
+
+@pytest.mark.parametrize(
+    ("lines", "said"),
+    [
+        (
+            [AttemptLine(attempt=0, event="start", time=1.0, nodes=["node1"])],
+            "attempt 1 next, requeued after its allocation was lost (a node failure)",
+        ),
+        (
+            [
+                AttemptLine(attempt=0, event="start", time=1.0, nodes=["node1"]),
+                AttemptLine(attempt=0, event="end", time=2.0, outcome="preempted"),
+            ],
+            "attempt 1 next, requeued after the preemption or time-limit signal (checkpointed)",
+        ),
+    ],
+    ids=["node-failure", "preempted"],
+)
+def test_a_requeued_pending_run_says_why_and_which_attempt_comes_next(
+    lines: list[AttemptLine], said: str, home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake_sbatch(monkeypatch, held={"8": JobState.PENDING, "9": JobState.PENDING})
+    run = track(home, "8", "PENDING", backend="slurm", name="again")
+    for line in lines:
+        append_line(run.attempts, line)
+    (status,) = api.statuses(api.list_runs("8"))
+    assert status.reason == said
+    assert f"job 8: pending: {said}" in cli("status", "8").stdout
+    assert "attempt 1 next" in cli("status").stdout  # the table's cell starts with it
+    never = track(home, "9", "PENDING", backend="slurm", name="fresh")
+    assert never.attempts.exists() is False and api.find_run("9").status().reason == ""
