@@ -286,8 +286,8 @@ def requeued(root: RunDir) -> str:
     history = History.read(root)
     if not history.lines:
         return ""
-    if history.open_attempt() is not None:  # started, never ended: Slurm requeued it with its node
-        cause = "its allocation was lost (a node failure)"
+    if history.open_attempt() is not None:  # started, never ended: its allocation went away under it
+        cause = "its allocation ended mid-attempt (a node failure or a requeue)"
     elif history.ends:
         outcome = str(history.ends[-1].outcome)
         cause = REQUEUED_AFTER.get(outcome, outcome.replace("_", " "))

@@ -98,7 +98,7 @@ def test_sweep_status_takes_the_sweeps_name(home: Path) -> None:
     [
         (
             [AttemptLine(attempt=0, event="start", time=1.0, nodes=["node1"])],
-            "attempt 1 next, requeued after its allocation was lost (a node failure)",
+            "attempt 1 next, requeued after its allocation ended mid-attempt (a node failure or a requeue)",
         ),
         (
             [
