@@ -257,10 +257,11 @@ def _waits(after: object, kind: AfterKind, backend: str | None) -> list[str]:
 
 
 def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
-    """Tracked runs: those named by job id or run id (none known: NotTracked; some unknown: a warning on
-    stderr), else the recent ones (active, or ended within a day), or with `everything` every run, newest
-    first, at most `limit`. Run directories of submits killed before they recorded their run are recorded
-    first, as never submitted (only recent ones, unless every run is listed)."""
+    """Tracked runs: those named by job id, run id (or its date-time prefix) or job name (every run of
+    it; a lone string is one key; none known: NotTracked; some unknown: a warning on stderr), else the
+    recent ones (active, or ended within a day), or with `everything` every run, newest first, at most
+    `limit`. Run directories of submits killed before they recorded their run are recorded first, as
+    never submitted (only recent ones, unless every run is listed)."""
     from hpctrain.runs.index import Index
     from hpctrain.runs.status import select
 
@@ -282,7 +283,7 @@ def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
 
 
 def find_run(key: str) -> Run:
-    """The one run a job id or run id names; NotTracked when none."""
+    """The one run a job id or run id names (a job name: its newest run); NotTracked when none."""
     return list_runs([edge.text(key, "find_run")])[0]
 
 
