@@ -164,6 +164,7 @@ def test_cancel_asks_the_scheduler_once_for_every_run_of_a_backend(
 ) -> None:
     track(hpctrain_home, "80", "RUNNING", backend="slurm")
     track(hpctrain_home, "81", "PENDING", backend="slurm")
+    fake_sbatch(monkeypatch, held={"80": JobState.RUNNING, "81": JobState.PENDING})  # cancel polls first
     calls: list[list[str]] = []
     monkeypatch.setattr(SlurmCliBackend, "cancel", lambda self, ids: calls.append(list(ids)))
     api.cancel(api.list_runs(["80", "81"]))
