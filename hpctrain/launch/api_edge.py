@@ -72,6 +72,8 @@ def function(value: object, what: str) -> None:
 def path(value: object, what: str) -> Path:
     if not isinstance(value, str | Path):
         raise InputError(f"{what}: expected a path, not {type_name(value)}")
+    if "\x00" in str(value):
+        raise InputError(f"{what}: a path cannot hold a NUL byte: {str(value)!r}")
     return Path(value)
 
 

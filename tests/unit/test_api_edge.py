@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from hpctrain import api
 from hpctrain.errors import HpctrainError, InputError
-from hpctrain.rundir import RunDir
+from hpctrain.rundir import RunDir, SweepRecord, metric_line
 from hpctrain.runs.index import Index
 from hpctrain.runs.status import NotTracked
 from hpctrain.scheduler.base import JobState
@@ -225,8 +225,14 @@ PUBLIC = sorted(
 )
 
 
+# At most this many examples (the profile's, when fewer): each is a call of the API, some of which read
+# the index or draw figures.
+EXAMPLES = min(300, settings().max_examples)
+FUZZ = settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+
+
 @pytest.mark.parametrize("name", PUBLIC)
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
+@settings(FUZZ, max_examples=EXAMPLES)
 @given(data=st.data())
 def test_every_public_function_given_any_value_raises_only_hpctrain_errors(
     name: str, data: st.DataObject, hpctrain_home: Path, tmp_path: Path
@@ -273,3 +279,46 @@ def test_an_untracked_key_with_a_newline_is_one_line(home: Path) -> None:
     with pytest.raises(NotTracked) as caught:
         api.find_run("12\n34")
     assert "\n" not in str(caught.value) and "12\\n34" in str(caught.value)
+
+
+RUN_METHODS = ["wait", "result", "metrics", "log_path", "logs", "merged_logs", "rank_logs", "report", "ended"]
+
+
+@pytest.mark.parametrize("name", RUN_METHODS)
+@settings(FUZZ, max_examples=max(1, EXAMPLES // 3))
+@given(data=st.data())
+def test_every_method_of_a_run_given_any_value_raises_only_hpctrain_errors(
+    name: str, data: st.DataObject, hpctrain_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)  # a drawn relative `out` lands here, never in the checkout
+    with home_env(hpctrain_home), no_slurm(tmp_path):
+        if not Index().runs():
+            track(hpctrain_home, "local-7", "COMPLETED").append_metric(metric_line("train", step=1, loss=0.5))
+        method = getattr(api.find_run("local-7"), name)
+        parameters = inspect.signature(method).parameters.values()
+        arguments = {p.name: data.draw(ANYTHING, label=p.name) for p in parameters}
+        try:
+            method(**arguments)
+        except HpctrainError as err:
+            assert "\n" not in str(err)
+
+
+@pytest.mark.parametrize("timeout", [math.nan, "5", -1.0])
+def test_a_sweep_wait_refuses_a_timeout_that_is_no_finite_number_of_seconds(timeout: Any, home: Path) -> None:
+    sweep = api.Sweep(
+        home,
+        SweepRecord(
+            sweep_id="s",
+            name="s",
+            site="local",
+            backend="local",
+            submitted_at=0.0,
+            metric="loss",
+            mode="min",
+            params=[],
+            trials=[],
+            arrays=[],
+        ),
+    )
+    with pytest.raises(InputError, match="timeout"):
+        sweep.wait(timeout=timeout)
