@@ -1,4 +1,4 @@
-"""Figures of a report caught as they are saved, so a test reads what was drawn, not only that a PNG exists."""
+"""Figures of a report caught as they are saved: a test reads what was drawn, not only that a PNG exists."""
 
 from __future__ import annotations
 

@@ -64,7 +64,9 @@ def test_trials_get_one_figure_of_their_curves_and_a_row_each(tmp_path: Path) ->
         default.write_bytes(b"png")
         return default
 
-    written = report_trials(trials, Subject(title="sweep s"), tmp_path / "out", extra=extra, metric_name="loss")
+    written = report_trials(
+        trials, Subject(title="sweep s"), tmp_path / "out", extra=extra, metric_name="loss"
+    )
     assert [p.name for p in written.figures] == ["report-trials.png", "report-sweep.png"]
     assert made == [tmp_path / "out" / "report-sweep.png"]
     page = written.summary.read_text()
@@ -75,6 +77,8 @@ def test_trials_get_one_figure_of_their_curves_and_a_row_each(tmp_path: Path) ->
 
 
 def test_trials_without_any_line_have_no_curves_figure(tmp_path: Path) -> None:
-    written = report_trials([Trial("trial 0: x", RunDir(tmp_path / "t0"))], Subject(title="s"), tmp_path / "out")
+    written = report_trials(
+        [Trial("trial 0: x", RunDir(tmp_path / "t0"))], Subject(title="s"), tmp_path / "out"
+    )
     assert written.figures == []
     assert "- Trials: no trial has train or eval lines yet" in written.summary.read_text()

@@ -1,4 +1,4 @@
-"""report.curves: the loss figure split at restarts, accuracy when there is some, and the throughput panels."""
+"""report.curves: loss split at restarts, accuracy when there is some, and the throughput panels."""
 
 from __future__ import annotations
 
@@ -19,7 +19,9 @@ def titles(fig: object) -> list[str]:
     return [axis.get_title() for axis in fig.axes]  # type: ignore[attr-defined]
 
 
-def test_the_loss_of_a_resumed_run_is_two_curves_and_accuracy_a_second_row(tmp_path: Path, saved: Saved) -> None:
+def test_the_loss_of_a_resumed_run_is_two_curves_and_accuracy_a_second_row(
+    tmp_path: Path, saved: Saved
+) -> None:
     series = read_run(write_run(tmp_path / "run", intervals=50))
     assert loss_figure(series, tmp_path / "loss.png", "run") == tmp_path / "loss.png"
     (fig,) = saved
@@ -41,13 +43,17 @@ def test_no_accuracy_no_second_row_and_no_lines_no_figure(tmp_path: Path, saved:
 
 
 def test_a_run_without_times_says_so_on_the_time_panel(tmp_path: Path, saved: Saved) -> None:
-    series = RunSeries(train=[TrainLine(step=s, loss=1.0) for s in range(1, 5)], evals=[EvalLine(step=2, loss=1.0)])
+    series = RunSeries(
+        train=[TrainLine(step=s, loss=1.0) for s in range(1, 5)], evals=[EvalLine(step=2, loss=1.0)]
+    )
     loss_figure(series, tmp_path / "loss.png", "run")
     texts = [t.get_text() for t in saved[0].axes[1].texts]
     assert texts == ["no loss with a time"]
 
 
-def test_throughput_draws_tokens_when_there_are_some_and_only_panels_with_data(tmp_path: Path, saved: Saved) -> None:
+def test_throughput_draws_tokens_when_there_are_some_and_only_panels_with_data(
+    tmp_path: Path, saved: Saved
+) -> None:
     series = RunSeries(
         train=[
             TrainLine(step=s, tokens_per_s=1000.0 + s, samples_per_s=10.0, step_time_s=0.5, time=100.0 + s)

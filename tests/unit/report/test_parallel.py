@@ -1,4 +1,4 @@
-"""report.parallel: jobs shared out by weight, drawn in forked children, results in order, errors raised once."""
+"""report.parallel: jobs shared by weight, drawn in forked children, results in order, errors raised."""
 
 from __future__ import annotations
 
@@ -17,7 +17,9 @@ def job(name: str, weight: float = 1.0) -> Job:
 
 
 @given(st.lists(st.floats(0.1, 10.0), min_size=1, max_size=12), st.integers(1, 6))
-def test_every_job_goes_to_one_share_and_the_first_share_is_the_lightest(weights: list[float], workers: int) -> None:
+def test_every_job_goes_to_one_share_and_the_first_share_is_the_lightest(
+    weights: list[float], workers: int
+) -> None:
     jobs = [job(str(i), w) for i, w in enumerate(weights)]
     split = shares(jobs, workers)
     assert len(split) == workers
@@ -64,7 +66,7 @@ def test_an_exception_that_does_not_pickle_comes_back_as_its_type_and_message() 
     def fails() -> Path:
         raise Local("drawn\n  badly")
 
-    with pytest.raises(FigureFailed, match="^Local: drawn badly$"):
+    with pytest.raises(FigureFailed, match=r"^Local: drawn badly$"):
         draw_all([job("a"), Job("b", fails, 5.0)], 2)
 
 

@@ -26,7 +26,13 @@ pytest.importorskip("matplotlib", reason="hpctrain report draws with matplotlib 
 
 @pytest.mark.parametrize(
     ("span", "divisor", "unit"),
-    [(0, 1.0, "(s)"), (300, 1.0, "(s)"), (301, 60.0, "(min)"), (10800, 60.0, "(min)"), (10801, 3600.0, "(h)")],
+    [
+        (0, 1.0, "(s)"),
+        (300, 1.0, "(s)"),
+        (301, 60.0, "(min)"),
+        (10800, 60.0, "(min)"),
+        (10801, 3600.0, "(h)"),
+    ],
 )
 def test_the_time_axis_unit_follows_the_span(span: float, divisor: float, unit: str) -> None:
     found, label = time_scale(span)

@@ -1,4 +1,4 @@
-"""report.ps: the parameter-server figure: staleness, each worker's rate and wait share, many workers summarised."""
+"""report.ps: staleness, each worker's rate and wait share, and many workers summarised."""
 
 from __future__ import annotations
 
@@ -16,7 +16,10 @@ pytest.importorskip("matplotlib", reason="hpctrain report draws with matplotlib 
 
 
 def worker_lines(rate: float, compute: float = 1.0, wait: float = 1.0) -> list[TrainLine]:
-    return [TrainLine(step=i, samples_per_s=rate, compute_s=compute, wait_s=wait, time=100.0 + i) for i in range(3)]
+    return [
+        TrainLine(step=i, samples_per_s=rate, compute_s=compute, wait_s=wait, time=100.0 + i)
+        for i in range(3)
+    ]
 
 
 def test_the_wait_share_is_wait_over_compute_plus_wait_and_negative_times_are_not_data() -> None:
@@ -49,7 +52,9 @@ def test_a_run_with_workers_draws_each_worker(tmp_path: Path, saved: Saved) -> N
         assert line.get_ydata()[0] == pytest.approx(wait / (compute + wait))
 
 
-def test_staleness_without_workers_is_drawn_and_a_plain_run_gets_no_figure(tmp_path: Path, saved: Saved) -> None:
+def test_staleness_without_workers_is_drawn_and_a_plain_run_gets_no_figure(
+    tmp_path: Path, saved: Saved
+) -> None:
     train = [TrainLine(step=s, staleness_mean=1.5, staleness_max=3) for s in range(1, 5)]
     ps_figure(RunSeries(train=train), tmp_path / "ps.png", "run")
     stale = saved[0].axes[0]

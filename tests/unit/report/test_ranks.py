@@ -1,4 +1,4 @@
-"""report.ranks: each rank's compute time against the median rank, wait shares, folding, and the memory bars."""
+"""report.ranks: compute time against the median rank, wait shares, folding, and the memory bars."""
 
 from __future__ import annotations
 
@@ -17,11 +17,15 @@ pytest.importorskip("matplotlib", reason="hpctrain report draws with matplotlib 
 
 
 def line(step: int, compute: list[float], wait: list[float], stragglers: list[int] = ()) -> RankTimesLine:  # type: ignore[assignment]
-    return RankTimesLine(step=step, time=float(step), compute_s=compute, wait_s=wait, stragglers=list(stragglers))
+    return RankTimesLine(
+        step=step, time=float(step), compute_s=compute, wait_s=wait, stragglers=list(stragglers)
+    )
 
 
 def test_compute_is_relative_to_the_median_rank_and_wait_is_a_share() -> None:
-    series = RunSeries(ranks=[line(10, [1.0, 2.0, 4.0], [3.0, 2.0, 0.0]), line(20, [1.0, -1.0, 1.0], [1.0, 1.0, 1.0])])
+    series = RunSeries(
+        ranks=[line(10, [1.0, 2.0, 4.0], [3.0, 2.0, 0.0]), line(20, [1.0, -1.0, 1.0], [1.0, 1.0, 1.0])]
+    )
     relative, share, steps = rank_matrices(series)
     assert steps == [10, 20]
     assert relative[:, 0].tolist() == [0.5, 1.0, 2.0]
@@ -51,8 +55,13 @@ def test_the_heat_map_names_each_rank_and_its_node_and_dots_the_flagged(tmp_path
     series = read_run(write_run(tmp_path / "run", intervals=40, ranks=4, slow_rank=2))
     path = heatmap_figure(series, tmp_path / "h.png", "run")
     assert path is not None and path.is_file()
-    top, bottom = saved[0].axes[:2]
-    assert [t.get_text() for t in top.get_yticklabels()] == ["rank 0 node1", "rank 1 node1", "rank 2 node2", "rank 3 node2"]
+    top = saved[0].axes[0]
+    assert [t.get_text() for t in top.get_yticklabels()] == [
+        "rank 0 node1",
+        "rank 1 node1",
+        "rank 2 node2",
+        "rank 3 node2",
+    ]
     (dots,) = top.collections
     assert {int(y) for _, y in dots.get_offsets()} == {2}
     assert top.images[0].get_array().shape == (4, len(series.ranks))
@@ -60,7 +69,9 @@ def test_the_heat_map_names_each_rank_and_its_node_and_dots_the_flagged(tmp_path
 
 
 def test_a_long_run_is_folded_to_at_most_max_columns(tmp_path: Path, saved: Saved) -> None:
-    series = RunSeries(ranks=[line(i, [1.0, 1.0 + (i == 1500)], [0.0, 0.0]) for i in range(MAX_COLUMNS * 2 + 1)])
+    series = RunSeries(
+        ranks=[line(i, [1.0, 1.0 + (i == 1500)], [0.0, 0.0]) for i in range(MAX_COLUMNS * 2 + 1)]
+    )
     heatmap_figure(series, tmp_path / "h.png", "run")
     image = saved[0].axes[0].images[0].get_array()
     assert image.shape[1] <= MAX_COLUMNS and np.nanmax(image) == 2.0 / 1.5  # the one slow interval survives

@@ -1,4 +1,4 @@
-"""report.summary: the key numbers of a run, the timeline, failures, and text from a run made safe for Markdown."""
+"""report.summary: a run's key numbers, the timeline, failures, and run text made safe for Markdown."""
 
 from __future__ import annotations
 
@@ -65,13 +65,17 @@ def test_the_rows_of_a_run_with_a_restart_a_straggler_and_no_result(tmp_path: Pa
     checkpoints = [e for e in series.events if e.event == "checkpoint"]
     assert rows["checkpoints"] == f"{len(checkpoints)} (last at step {checkpoints[-1].step})"
     flagged = sum(1 for line in series.ranks if 3 in line.stragglers)
-    assert rows["stragglers"] == f"rank 3 on node2 ({flagged} intervals), of {len(series.ranks)} log intervals"
+    assert (
+        rows["stragglers"] == f"rank 3 on node2 ({flagged} intervals), of {len(series.ranks)} log intervals"
+    )
     assert rows["attempts (attempts.jsonl)"] == "2: rank_failure, completed"
 
 
 def test_a_result_replaces_the_progress_rows(tmp_path: Path) -> None:
     series = read_run(write_run(tmp_path / "run", intervals=10, slow_rank=None))
-    result = Result(status="completed", step=100, steps=100, final_loss=0.25, samples_per_s=640.0, wall_time_s=12.0)
+    result = Result(
+        status="completed", step=100, steps=100, final_loss=0.25, samples_per_s=640.0, wall_time_s=12.0
+    )
     rows = rows_of(series, result)
     assert rows["result"] == "completed at step 100 of 100"
     assert rows["final loss"] == "0.25" and rows["wall time"] == "12 s"
