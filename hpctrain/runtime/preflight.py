@@ -31,7 +31,6 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from hpctrain import __version__
 from hpctrain.rundir import (
     PREFLIGHT_EXCLUDE,
     NodeFacts,
@@ -43,6 +42,7 @@ from hpctrain.rundir import (
 )
 from hpctrain.rundir.ports import job_ports
 from hpctrain.runtime import bootstrap, startup_times
+from hpctrain.version import __version__
 
 EXIT_BAD_NODES = 3
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)

@@ -8,13 +8,14 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from hpctrain.errors import BackendError
+from hpctrain.scheduler.base import Backend, JobInfo
+from hpctrain.scheduler.local import LocalBackend
+from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
 if TYPE_CHECKING:
     from hpctrain.rundir import RunDir
-    from hpctrain.scheduler.base import Backend, JobInfo
 
-# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values. Importing it
-# costs nothing (the backends themselves are imported only when selected).
+# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values.
 NAMES = ("auto", "slurm", "pyslurm", "local")
 
 
@@ -22,11 +23,9 @@ def select_backend(name: str | None = None) -> Backend:
     """`auto` takes pyslurm when it is importable and matches the cluster, else the command line."""
     name = name or os.environ.get("HPCTRAIN_BACKEND") or "auto"
     if name == "local":
-        from hpctrain.scheduler.local import LocalBackend
-
         return LocalBackend()
     if name == "pyslurm" or (name == "auto" and importlib.util.find_spec("pyslurm") is not None):
-        try:
+        try:  # here, not above: pyslurm is optional, and a site without it never loads its backend
             from hpctrain.scheduler.slurm.pyslurm import PyslurmBackend, available
         except ImportError:
             usable, why = False, "hpctrain.scheduler.slurm.pyslurm is missing"
@@ -37,8 +36,6 @@ def select_backend(name: str | None = None) -> Backend:
         if name == "pyslurm":
             raise BackendError(f"the pyslurm backend cannot be used here: {why}")
     if name in ("auto", "slurm", "pyslurm"):
-        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
         return SlurmCliBackend()
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
 

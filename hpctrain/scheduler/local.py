@@ -11,7 +11,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpctrain.rundir import RunDir
+from hpctrain.rundir import RunDir, home
 from hpctrain.scheduler.base import Backend, BackendError, BatchRequest, JobInfo, JobState
 
 if TYPE_CHECKING:
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def _jobs_dir() -> Path:
-    from hpctrain.rundir import home
-
     path = home() / "local-jobs"
     path.mkdir(parents=True, exist_ok=True)
     return path

@@ -11,14 +11,14 @@ from typing import Any
 
 import msgspec
 
-from hpctrain import __version__
 from hpctrain.errors import RenderError
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
-from hpctrain.scheduler.base import carrying_comment
+from hpctrain.scheduler.job_comment import carrying_comment
 from hpctrain.spec import Container, Resolved
 from hpctrain.spec.job import SLURM_TASK_LAUNCHERS
 from hpctrain.spec.resources import data_folder
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
+from hpctrain.version import __version__
 
 TEMPLATES = data_folder("templates")
 # No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.

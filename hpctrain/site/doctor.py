@@ -12,7 +12,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpctrain import __version__
 from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
 from hpctrain.scheduler.render import shell_quote
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
@@ -30,6 +29,7 @@ from hpctrain.scheduler.slurm.facts import (
 from hpctrain.spec import Site
 from hpctrain.spec.job import CONTAINER_RUNTIMES
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
+from hpctrain.version import __version__
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
 

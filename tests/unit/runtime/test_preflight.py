@@ -155,8 +155,8 @@ def test_fake_gpus_are_found_with_sbin_off_path(
 
 
 def test_the_container_check_names_a_version_mismatch_and_an_unmounted_run_dir(tmp_path: Path) -> None:
-    from hpctrain import __version__
     from hpctrain.runtime.preflight import container_problems
+    from hpctrain.version import __version__
 
     assert container_problems({"HPCTRAIN_VERSION": __version__, "HPCTRAIN_RUN_DIR": str(tmp_path)}) == []
     (problem,) = container_problems({"HPCTRAIN_VERSION": "0.0.1", "HPCTRAIN_RUN_DIR": str(tmp_path)})
