@@ -248,6 +248,24 @@ def _submit_private(
     return Submitted(run)
 
 
+def submit_more(index: Index, entry: Run, group: str | None, schedule: Callable[[], str]) -> None:
+    """A further job of a run that is recorded already (an Optuna sweep's next round), by submit_run's
+    rule and under its private files and held signals: its index entry (`entry`, a `+OFFSET` run id in
+    the run's directory) is recorded first, then the scheduler asked (`schedule` returns the job id),
+    then the job id recorded. Whatever `schedule` raises marks the entry SUBMIT_FAILED, then goes on."""
+    from hpctrain.rundir.io import private_files
+
+    entry.job_id, entry.state, entry.reason = None, JobState.PENDING, SUBMITTING
+    with private_files(group), held_signals():
+        index.add(entry)
+        try:
+            job_id = schedule()
+        except BaseException as err:
+            index.update_states([(entry, JobState.SUBMIT_FAILED, _reason(err))])
+            raise
+        index.record_job(entry, job_id)
+
+
 # The reason of a run recorded before the scheduler was asked; a run that keeps it past a submit was
 # cut short (`hpctrain index check` looks for its job).
 SUBMITTING = "being submitted"
