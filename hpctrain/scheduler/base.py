@@ -15,7 +15,14 @@ import msgspec
 from hpctrain.errors import BackendError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.states import TERMINAL, JobState
-from hpctrain.scheduler.render import BatchOptions, batch_options, render
+from hpctrain.scheduler.render import (
+    BatchOptions,
+    DoctorJob,
+    batch_options,
+    doctor_options,
+    render,
+    render_doctor,
+)
 
 if TYPE_CHECKING:
     from hpctrain import spec
@@ -180,14 +187,23 @@ class Backend(ABC):
     """The template (in templates/) that renders this backend's scripts."""
 
     def prepare(
-        self, resolved: spec.Resolved, run_dir: Path, script: Path | None = None, array_offset: int = 0
+        self,
+        resolved: spec.Resolved | DoctorJob,
+        run_dir: Path,
+        script: Path | None = None,
+        array_offset: int = 0,
     ) -> BatchRequest:
         """Render the batch script for `run_dir` (to be written at `script`, by default the run's
-        job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk."""
+        job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk.
+        A DoctorJob renders `hpctrain doctor`'s preflight job (templates/doctor.sh.j2)."""
+        path = script or RunDir(run_dir).script
+        if isinstance(resolved, DoctorJob):
+            text, batch = render_doctor(resolved, run_dir), doctor_options(resolved, run_dir)
+            return BatchRequest(script=text, path=path, run_dir=run_dir, batch=batch)
         text = render(resolved, run_dir, template=self._template, array_offset=array_offset)
         return BatchRequest(
             script=text,
-            path=script or RunDir(run_dir).script,
+            path=path,
             run_dir=run_dir,
             batch=batch_options(resolved, run_dir, array_offset),
         )

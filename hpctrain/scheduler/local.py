@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 
 from hpctrain.rundir import RunDir, home
 from hpctrain.scheduler.base import Backend, BackendError, BatchRequest, JobInfo, JobState
+from hpctrain.scheduler.render import BatchOptions, DoctorJob
 
 if TYPE_CHECKING:
     from hpctrain import spec
-    from hpctrain.scheduler.render import BatchOptions
 
 
 def _jobs_dir() -> Path:
@@ -32,8 +32,14 @@ class LocalBackend(Backend):
     _template = "local.sh.j2"
 
     def prepare(
-        self, resolved: spec.Resolved, run_dir: Path, script: Path | None = None, array_offset: int = 0
+        self,
+        resolved: spec.Resolved | DoctorJob,
+        run_dir: Path,
+        script: Path | None = None,
+        array_offset: int = 0,
     ) -> BatchRequest:
+        if isinstance(resolved, DoctorJob):
+            raise BackendError("the doctor's preflight job checks a Slurm cluster; use --backend slurm")
         # A local job starts at once: it cannot wait for another job, so one that must is refused.
         if resolved.job.dependency:
             raise BackendError(
