@@ -9,8 +9,6 @@ from typing import TYPE_CHECKING
 
 from hpctrain.errors import BackendError
 from hpctrain.scheduler.base import Backend, JobInfo
-from hpctrain.scheduler.local import LocalBackend
-from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 
 if TYPE_CHECKING:
     from hpctrain.rundir import RunDir
@@ -21,11 +19,16 @@ NAMES = ("auto", "slurm", "pyslurm", "local")
 
 def select_backend(name: str | None = None) -> Backend:
     """`auto` takes pyslurm when it is importable and matches the cluster, else the command line."""
+    # Each backend is imported here, once selected: a poll pays for its own backend only
+    # (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates), and
+    # pyslurm is optional.
     name = name or os.environ.get("HPCTRAIN_BACKEND") or "auto"
     if name == "local":
+        from hpctrain.scheduler.local import LocalBackend
+
         return LocalBackend()
     if name == "pyslurm" or (name == "auto" and importlib.util.find_spec("pyslurm") is not None):
-        try:  # here, not above: pyslurm is optional, and a site without it never loads its backend
+        try:
             from hpctrain.scheduler.slurm.pyslurm import PyslurmBackend, available
         except ImportError:
             usable, why = False, "hpctrain.scheduler.slurm.pyslurm is missing"
@@ -36,6 +39,8 @@ def select_backend(name: str | None = None) -> Backend:
         if name == "pyslurm":
             raise BackendError(f"the pyslurm backend cannot be used here: {why}")
     if name in ("auto", "slurm", "pyslurm"):
+        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
         return SlurmCliBackend()
     raise BackendError(f"unknown backend {name!r}; choose one of {', '.join(NAMES)}")
 

@@ -15,17 +15,10 @@ import msgspec
 from hpctrain.errors import BackendError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.states import TERMINAL, JobState
-from hpctrain.scheduler.render import (
-    BatchOptions,
-    DoctorJob,
-    batch_options,
-    doctor_options,
-    render,
-    render_doctor,
-)
 
 if TYPE_CHECKING:
     from hpctrain import spec
+    from hpctrain.scheduler.render import BatchOptions, DoctorJob
 
 
 class JobInfo(msgspec.Struct):
@@ -185,6 +178,11 @@ class Backend(ABC):
     name: str = "base"
     _template: str = "sbatch.sh.j2"
     """The template (in templates/) that renders this backend's scripts."""
+    runs_doctor_job: bool = True
+    """Whether `hpctrain doctor`'s preflight job (a Slurm cluster's check) can be submitted here."""
+
+    def refuse(self, resolved: spec.Resolved) -> None:  # noqa: B027 - a hook: most backends run every job
+        """Raise BackendError for a job this backend cannot run; by default it runs every job."""
 
     def prepare(
         self,
@@ -196,10 +194,19 @@ class Backend(ABC):
         """Render the batch script for `run_dir` (to be written at `script`, by default the run's
         job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk.
         A DoctorJob renders `hpctrain doctor`'s preflight job (templates/doctor.sh.j2)."""
+        # Imported here, not above: render imports the spec and the templates, which a poll never
+        # needs (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates).
+        from hpctrain.scheduler.render import DoctorJob, batch_options, doctor_options, render, render_doctor
+
         path = script or RunDir(run_dir).script
         if isinstance(resolved, DoctorJob):
+            if not self.runs_doctor_job:
+                raise BackendError(
+                    f"the doctor's preflight job checks a Slurm cluster, not the {self.name} backend"
+                )
             text, batch = render_doctor(resolved, run_dir), doctor_options(resolved, run_dir)
             return BatchRequest(script=text, path=path, run_dir=run_dir, batch=batch)
+        self.refuse(resolved)
         text = render(resolved, run_dir, template=self._template, array_offset=array_offset)
         return BatchRequest(
             script=text,

@@ -257,3 +257,25 @@ def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -
         "assert 'hpctrain.api' not in sys.modules, 'api imported'"
     )
     passes_in_a_fresh_interpreter(code)
+
+
+def test_polling_runs_loads_neither_the_spec_nor_the_templates(tmp_path: Path) -> None:
+    """`hpctrain status` polls every tracked run on each call: it reads the index, the run directories
+    and the scheduler, never a spec, a template or a backend the runs do not use (which is why
+    scheduler.base's `prepare`, facts' `slurm_time` and `select_backend` import them where they are
+    used)."""
+    code = (
+        "import os, sys; os.environ['HPCTRAIN_HOME'] = sys.argv[1]\n"
+        "from hpctrain.cli.main import main\n"
+        "from hpctrain.scheduler import select_backend\n"
+        "import hpctrain.runs.status, hpctrain.runs.poll, hpctrain.scheduler.slurm.nodes\n"
+        "select_backend('slurm'); main(['status'])\n"
+        "assert 'hpctrain.scheduler.local' not in sys.modules, 'the local backend was imported'\n"
+        "select_backend('local')\n"
+        "loaded = [m for m in ('hpctrain.spec', 'hpctrain.scheduler.render', 'jinja2') if m in sys.modules]\n"
+        "assert not loaded, loaded"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 import msgspec
 
 from hpctrain.errors import BackendError, HpctrainError
-from hpctrain.spec import time_minutes
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.\-]*)=")
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
@@ -192,6 +191,10 @@ def slurm_time(text: str) -> str | None:
     value = text.strip()
     if value.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
         return None
+    # Imported here, not above: the spec is no part of a poll, which reads this module
+    # (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates).
+    from hpctrain.spec import time_minutes
+
     try:
         time_minutes(value)
     except ValueError:

@@ -350,8 +350,6 @@ class PyslurmBackend(Backend):
         if sbatch_only(batch):
             # sbatch submits what pyslurm cannot express (reading the script's own #SBATCH lines);
             # polls and cancels of the job stay on pyslurm.
-            from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
             return SlurmCliBackend().submit(script, run_dir, batch)
         # Passing the path (not the text) makes pyslurm read the file itself and send it as the batch
         # script; working_directory stays unset unless --chdir says, so pyslurm uses the current

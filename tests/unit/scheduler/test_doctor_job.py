@@ -52,5 +52,5 @@ def test_pyslurm_submits_the_doctors_job_from_its_options(tmp_path: Path) -> Non
 
 
 def test_the_local_backend_refuses_the_doctors_job(tmp_path: Path) -> None:
-    with pytest.raises(BackendError, match="Slurm cluster"):
+    with pytest.raises(BackendError, match="checks a Slurm cluster"):
         LocalBackend().prepare(doctor_job(SITES / "local.yaml"), tmp_path)
