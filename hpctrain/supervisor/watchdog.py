@@ -34,6 +34,7 @@ from pathlib import Path
 
 import msgspec
 
+from hpctrain import spec
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, Result, RunDir, slots, write_json
 from hpctrain.rundir.attempts import History, where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
@@ -447,8 +448,6 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
 
 
 def context_from_env() -> Context:
-    from hpctrain import spec
-
     value = os.environ.get("HPCTRAIN_RUN_DIR")
     if not value:
         raise SystemExit("hpctrain.supervisor.watchdog: HPCTRAIN_RUN_DIR is not set")
