@@ -676,7 +676,7 @@ def doctor(
     findings += checks.container_findings(profile, containers.detect(facts))
     if job and name in facts.partitions:
         nodes = checks.healthy_nodes(findings, facts.partition_nodes(name))
-        report = checks.run_preflight(profile, facts, name, nodes, checks.doctor_home(), tolerance, timeout)
+        report = checks.run_preflight(profile, facts, name, nodes, tolerance, timeout)
         findings += checks.preflight_findings(profile, report, nodes)
     bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})
     return DoctorReport(profile.name, findings, bad)

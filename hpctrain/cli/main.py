@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from hpctrain.version import __version__
+
 VERBS = {
     "render": "Print the batch script a job would submit (dry run; submits nothing).",
     "submit": "Validate, render, record and submit a job.",
@@ -37,8 +39,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="hpctrain",
         description="Distributed PyTorch training on Slurm: render, submit, track, cancel.",
     )
-    from hpctrain import __version__
-
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb, help_text in VERBS.items():

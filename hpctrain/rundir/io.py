@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from hpctrain.errors import SpecError
 from hpctrain.rundir.lines import METRIC_KINDS, EventLine, MetricLine
 from hpctrain.rundir.names import Numbered
 from hpctrain.rundir.structs import Unreadable
@@ -80,8 +81,6 @@ def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
     """Give `run_dir` to `group` (2750: what the job makes inside inherits the group) and let the
     group pass through `home` and runs/ on the way (o+x: enter, not list)."""
     import grp
-
-    from hpctrain.errors import SpecError
 
     try:
         gid = grp.getgrnam(group).gr_gid

@@ -26,8 +26,10 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, HpctrainError, SpecError
-from hpctrain.rundir import ArrayChunk, Stopped, SweepRecord, Trial
+from hpctrain.launch.submission import submit_more, submit_run
+from hpctrain.rundir import ArrayChunk, Run, Stopped, SweepRecord, Trial
 from hpctrain.rundir import names as file_names
+from hpctrain.rundir.states import JobState
 from hpctrain.spec.sweep import Range
 from hpctrain.sweep import plan
 from hpctrain.sweep.samplers import is_integer
@@ -183,7 +185,6 @@ def start(
 ) -> SweepRecord:
     """A new optuna sweep: its run directory and study (launch.submission's one submit path, which
     submits the first round), then its rounds until the budget is spent."""
-    from hpctrain.launch.submission import submit_run
     from hpctrain.runs.index import Index
 
     index = index or Index()
@@ -373,30 +374,22 @@ def _write_round(rounds: Rounds, record: SweepRecord, asked: list[Any]) -> Round
 
 
 def _schedule_round(rounds: Rounds, record: SweepRecord, written: Round) -> None:
-    """A later round's array: submitted with the signals held, recorded in sweep.json and in the index
-    (as the sweep's `+OFFSET` entry, as a grid sweep's later arrays are)."""
-    from hpctrain.launch.submission import held_signals
-    from hpctrain.rundir.io import private_files
-    from hpctrain.runs.index import Run
-    from hpctrain.scheduler.base import JobState
-
-    chunk = written.chunk
-    with private_files(written.resolved[0].site.share_with_group), held_signals():
-        _send(rounds, record, written)
-        now = time.time()
-        rounds.index.add(
-            Run(
-                run_id=f"{record.sweep_id}+{chunk.offset}",
-                job_id=chunk.job_id,
-                name=record.name,
-                site=record.site,
-                backend=rounds.backend.name,
-                run_dir=rounds.run.root,
-                submitted_at=now,
-                state=JobState.PENDING,
-                state_at=now,
-            )
-        )
+    """A later round's array, through the one submit path: recorded in the index (as the sweep's
+    `+OFFSET` entry, as a grid sweep's later arrays are) before it is sent, its job id after."""
+    now = time.time()
+    entry = Run(
+        run_id=f"{record.sweep_id}+{written.chunk.offset}",
+        job_id=None,
+        name=record.name,
+        site=record.site,
+        backend=rounds.backend.name,
+        run_dir=rounds.run.root,
+        submitted_at=now,
+        state=JobState.PENDING,
+        state_at=now,
+    )
+    group = written.resolved[0].site.share_with_group
+    submit_more(rounds.index, entry, group, lambda: _send(rounds, record, written).job_id or "")
 
 
 def _send(rounds: Rounds, record: SweepRecord, written: Round) -> ArrayChunk:
