@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from hpctrain import rundir, spec
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, SpecError
 from hpctrain.rundir import names
 from hpctrain.spec.sweep import Range
 from hpctrain.sweep import plan, study
@@ -39,6 +40,25 @@ def test_the_space_becomes_optunas_distributions() -> None:
     assert space["train.lr"] == optuna.distributions.FloatDistribution(1e-4, 0.3, log=True)
     assert space["train.steps"] == optuna.distributions.IntDistribution(10, 100, step=10)
     assert space["train.batch_size"] == optuna.distributions.CategoricalDistribution([16, 32])
+
+
+def test_a_range_not_a_whole_number_of_steps_long_keeps_its_steps_without_optunas_warning() -> None:
+    chosen = spec.Sweep(grid={"train.steps": Range(low=16, high=256, step=100)}, sampler="optuna", budget=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        space = study.distributions(chosen)
+    assert space["train.steps"] == optuna.distributions.IntDistribution(16, 216, step=100)
+
+
+def test_a_step_wider_than_the_range_is_refused_when_the_sweep_is_planned(tmp_path: Path) -> None:
+    job = tmp_path / "wide-step.yaml"
+    text = JOB.read_text().replace("{low: 16, high: 256, log: true}", "{low: 16, high: 256, step: 512}")
+    job.write_text(text)
+    assert "step: 512" in job.read_text()
+    with pytest.raises(
+        SpecError, match=r"train.options.hidden: step 512 is wider than the range \[16, 256\]"
+    ):
+        plan.prepare(job, "local", [], [])
 
 
 def test_the_study_lives_in_the_run_directory_and_reopens_with_its_trials(tmp_path: Path) -> None:
@@ -193,7 +213,7 @@ def test_a_trial_ahead_of_the_median_runs_on_with_its_value_reported(tmp_path: P
 def test_a_second_round_loop_on_the_same_sweep_is_refused(tmp_path: Path) -> None:
     import fcntl
 
-    from hpctrain.errors import HpctrainError
+    from hpctrain.errors import HpctrainError, SpecError
 
     with open(tmp_path / names.STUDY_LOCK, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
