@@ -213,7 +213,7 @@ def test_a_trial_ahead_of_the_median_runs_on_with_its_value_reported(tmp_path: P
 def test_a_second_round_loop_on_the_same_sweep_is_refused(tmp_path: Path) -> None:
     import fcntl
 
-    from hpctrain.errors import HpctrainError, SpecError
+    from hpctrain.errors import HpctrainError
 
     with open(tmp_path / names.STUDY_LOCK, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
