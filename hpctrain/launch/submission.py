@@ -20,7 +20,7 @@ from hpctrain.errors import InputError
 from hpctrain.launch.entry_check import check_job
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind, BackendError, JobState
-from hpctrain.scheduler.render import slurm_directive_path
+from hpctrain.scheduler.render import mountable, slurm_directive_path
 from hpctrain.site import lookup as sites
 from hpctrain.spec.resources import job_file
 
@@ -203,6 +203,7 @@ def _submit_private(
 
     index = index or Index()
     slurm_directive_path(index.root / "runs")
+    mountable(index.root / "runs", resolved.job.container)
     run_id, run_dir = index.new_run_dir(resolved.job.name)
     now = time.time()
     run = Run(
