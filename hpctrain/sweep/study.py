@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import statistics
 import sys
@@ -43,6 +44,8 @@ if TYPE_CHECKING:
 
 POLL_S = 3.0
 """Seconds between two polls of a round's array while the loop waits for it."""
+TAIL_CHUNK = 64 << 10
+"""Bytes read at a time, backwards, to find the journal's last line."""
 STUDY_NAME = "sweep"
 CANCELLED = "cancelled"
 """The user attribute of a study trial whose job was cancelled: it is asked again, not counted."""
@@ -130,6 +133,15 @@ def journal(path: Path) -> Any:
         )
 
     class Journal(JournalFileBackend):
+        def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+            try:
+                yield from super().read_logs(log_number_from)
+            except ValueError as error:  # a line that is no record (JSONDecodeError among them)
+                raise HpctrainError(
+                    f"{path}: a line of the sweep's study journal is not a record ({error}); "
+                    "it was changed by hand or damaged: restore it from a backup"
+                ) from None
+
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
             # One loop writes a sweep's journal (_one_loop), so its size before the append is where
             # a record cut off by the full disk starts: a partial line would spoil every later one.
@@ -142,9 +154,41 @@ def journal(path: Path) -> Any:
                 raise stopped(error) from None
 
     try:
+        drop_torn_tail(path)
         return Journal(str(path))
     except OSError as error:  # creating the file
         raise stopped(error) from None
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut off the journal's last line if a writer died in it (no newline, or not JSON): Optuna would
+    append the next record to it, and that line, then every read of the study, would fail. Only the
+    round loop (under its lock) or a new sweep opens the journal, so no writer is cut short."""
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return
+    with open(path, "rb") as handle:
+        start = size
+        while start > 0:  # back to the newline before the last line (records are short)
+            chunk_start = max(0, start - TAIL_CHUNK)
+            handle.seek(chunk_start)
+            chunk = handle.read(start - chunk_start)
+            newline = chunk.rfind(b"\n", 0, len(chunk) - (1 if start == size else 0))
+            if newline >= 0:
+                start = chunk_start + newline + 1
+                break
+            start = chunk_start
+        handle.seek(start)
+        last = handle.read()
+    if not last:
+        return
+    try:
+        whole = last.endswith(b"\n") and isinstance(json.loads(last), dict)
+    except ValueError:
+        whole = False
+    if not whole:
+        os.truncate(path, start)
 
 
 def distributions(chosen: spec.Sweep) -> dict[str, Any]:

@@ -73,6 +73,37 @@ def test_the_study_lives_in_the_run_directory_and_reopens_with_its_trials(tmp_pa
     assert study.counted(again) == 1
 
 
+@pytest.mark.parametrize("torn", [b'{"op_code": 4, "torn_', b'{"op_code": 4, "torn_\n'])
+def test_a_torn_last_journal_line_is_dropped_and_the_study_carries_on(tmp_path: Path, torn: bytes) -> None:
+    chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=4, seed=5)
+    first = study.open_study(tmp_path, chosen)
+    kept = first.ask(study.distributions(chosen))
+    first.tell(kept, 0.5)
+    journal = tmp_path / names.STUDY_JOURNAL
+    whole = journal.read_bytes()
+    with open(journal, "ab") as handle:  # a writer killed in the middle of a record
+        handle.write(torn)
+    again = study.open_study(tmp_path, chosen)
+    assert journal.read_bytes().startswith(whole) and b"torn_" not in journal.read_bytes()
+    added = again.ask(study.distributions(chosen))
+    again.tell(added, 0.25)
+    third = study.open_study(tmp_path, chosen)
+    assert [(t.params, t.value) for t in third.get_trials()] == [(kept.params, 0.5), (added.params, 0.25)]
+
+
+def test_a_damaged_journal_line_before_the_last_is_one_error_naming_the_journal(tmp_path: Path) -> None:
+    chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=4, seed=5)
+    first = study.open_study(tmp_path, chosen)
+    first.tell(first.ask(study.distributions(chosen)), 0.5)
+    journal = tmp_path / names.STUDY_JOURNAL
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([lines[0], b"not a record\n", *lines[1:]]))
+    with pytest.raises(HpctrainError) as caught:
+        study.open_study(tmp_path, chosen).get_trials()
+    assert str(caught.value).startswith(f"{journal}: a line of the sweep's study journal is not a record")
+    assert "\n" not in str(caught.value)
+
+
 def test_a_cancelled_trial_fails_is_not_counted_and_is_asked_again_first() -> None:
     chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=4)
     one = optuna.create_study()
