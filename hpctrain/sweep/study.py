@@ -310,7 +310,11 @@ def drive(
     sweep's arrays per POLL_S) reporting eval lines to the pruner, tell the results, ask more.
     Returns when the budget is spent, or when a trial was cancelled from outside (the sweep was
     cancelled: `hpctrain sweep resume` carries on)."""
-    with _one_loop(root):
+    from hpctrain.rundir.io import private_files
+
+    # Every later round's folders, specs and swept env, the lock and the journal: as private as the
+    # first round, which the submit path wrote (docs/security.md).
+    with private_files(prepared.site.share_with_group), _one_loop(root):
         return _drive_locked(root, prepared, backend, index, progress)
 
 

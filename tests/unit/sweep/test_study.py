@@ -249,7 +249,7 @@ def test_a_second_round_loop_on_the_same_sweep_is_refused(tmp_path: Path) -> Non
     with open(tmp_path / names.STUDY_LOCK, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(HpctrainError, match="its rounds already run in another"):
-            study.drive(tmp_path, None, None, None, None)  # type: ignore[arg-type]
+            study.drive(tmp_path, plan.prepare(JOB, "local", [], []), None, None, None)  # type: ignore[arg-type]
 
 
 def test_eval_lines_are_reported_once_over_several_polls(tmp_path: Path) -> None:
