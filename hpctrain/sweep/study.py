@@ -338,12 +338,18 @@ def _drive_locked(
     chosen = prepared.chosen
     study = open_study(root, chosen)
     record = _load_record(root)
+    largest = backend.limits().max_array_size
+    _send_unsent(Rounds(study, prepared, rundir.RunDir(root), backend, index), record, largest, progress)
     # Trials that ended while no loop ran (a cancelled sweep's among them) are told first: their
     # cancellation was what stopped the last loop, not a reason to stop this one.
     submitted = [t for t in _in_flight(study) if t.number < len(record.trials)]
     _wait_round(root, record, study, chosen, backend, submitted, progress, once=True)
     try:
-        return _rounds(root, prepared, study, backend, index, progress)
+        return _rounds(root, prepared, study, backend, index, progress, largest)
+    except BackendError as error:  # a round's array refused: its trials are written and the study's
+        raise BackendError(
+            f"{error}; the round's trials are kept: carry on with {resume_command(record)}"
+        ) from None
     except KeyboardInterrupt:
         _say(progress, f"Stopped waiting; the trials in flight go on. Carry on: {resume_command(record)}")
         raise
@@ -356,7 +362,10 @@ def _rounds(
     backend: Backend,
     index: Index,
     progress: Progress | None,
+    largest: int,
 ) -> SweepRecord:
+    """Rounds until the budget is spent, each at most `largest` trials (MaxArraySize: a sweep planned
+    for a cluster that allowed more carries on in smaller rounds)."""
     chosen = prepared.chosen
     rounds = Rounds(study, prepared, rundir.RunDir(root), backend, index)
     budget = chosen.budget or 0
@@ -376,7 +385,7 @@ def _rounds(
         done = counted(study)
         if done >= budget:
             break
-        _schedule_round(rounds, record, _ask_round(rounds, record, budget - done))
+        _schedule_round(rounds, record, _ask_round(rounds, record, min(budget - done, largest)))
         _say(progress, _round_line(record))
     _say(progress, _best_line(study, record, chosen))
     return record
@@ -453,6 +462,30 @@ def _schedule_round(rounds: Rounds, record: SweepRecord, written: Round) -> None
                 state_at=now,
             )
         )
+
+
+def _send_unsent(rounds: Rounds, record: SweepRecord, largest: int, progress: Progress | None) -> None:
+    """A round written but never queued (sbatch refused it: above MaxArraySize, a full queue), sent
+    again from its folders as arrays of at most `largest` trials; the trials are the study's already."""
+    unsent = [chunk for chunk in record.arrays if chunk.job_id is None]
+    if not unsent:
+        return
+    sent = record.arrays[: len(record.arrays) - len(unsent)]
+    if any(chunk.job_id is None for chunk in sent):
+        raise HpctrainError(f"{rounds.run.sweep}: an array in the middle of the sweep was never queued")
+    record.arrays = sent
+    for chunk in unsent:
+        pieces = plan.plan_chunks([chunk.count], largest, chunk.throttle)
+        base = len(record.arrays)  # a piece's `after` is its lane's previous piece, by position
+        for piece in pieces:
+            piece.offset += chunk.offset
+            piece.after = None if piece.after is None else base + piece.after
+        record.arrays += pieces
+        for piece in pieces:
+            trials = record.trials[piece.offset : piece.offset + piece.count]
+            resolved = [spec.loads(rounds.run.element(t.index).spec.read_bytes()) for t in trials]
+            _schedule_round(rounds, record, Round(trials, resolved, piece))
+            _say(progress, _round_line(record, piece))
 
 
 def _send(rounds: Rounds, record: SweepRecord, written: Round) -> ArrayChunk:
@@ -587,8 +620,8 @@ def _env(chosen: spec.Sweep) -> list[str]:
     return plan.swept_env(chosen)
 
 
-def _round_line(record: SweepRecord) -> str:
-    chunk = record.arrays[-1]
+def _round_line(record: SweepRecord, chunk: ArrayChunk | None = None) -> str:
+    chunk = chunk or record.arrays[-1]
     return f"  round: trials {chunk.offset}-{chunk.offset + chunk.count - 1} as job {chunk.job_id}"
 
 
