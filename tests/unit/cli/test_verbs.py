@@ -286,3 +286,13 @@ def test_unknown_ids_do_not_spare_the_known_ones(hpctrain_home: Path, tmp_path: 
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "not tracked by hpctrain: nope" in proc.stderr
     assert (bindir / "cancelled").read_text().split() == ["4245"]
+
+
+def test_the_help_summary_names_every_sweep_action() -> None:
+    from hpctrain.cli.sweep_cmd import ACTIONS
+
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    # argparse wraps the summary: the verb's entry runs to the next verb's line.
+    entry = " ".join(proc.stdout.split("\n    sweep ", 1)[1].split("\n    list ", 1)[0].split())
+    assert all(action in entry for action in ACTIONS), (entry, ACTIONS)
