@@ -121,14 +121,21 @@ def submit(
     check: bool = True,
     after: list[str] | None = None,
     after_kind: AfterKind = "afterok",
+    from_run: str | None = None,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
-    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies."""
+    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `from_run`: a run whose
+    last checkpoint the job starts from (launch/carry_on.py)."""
+    from hpctrain.launch import carry_on
+
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = with_dependency(load_and_resolve(job, site, overrides, check), after or [], after_kind)
+    start = carry_on.find_origin(from_run, resolved, source_name(job)) if from_run is not None else None
 
     def write(run: RunDir) -> BatchRequest:
+        if start is not None:
+            carry_on.link(run, start)
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
         return request
