@@ -15,7 +15,7 @@ VERBS = {
     "logs": "Print a job's batch log or one rank's log.",
     "cancel": "Cancel jobs.",
     "report": "Figures and a one-page summary of a run or sweep (loss, throughput, ranks, memory).",
-    "sweep": "Submit a hyper-parameter sweep as job arrays; sweep status|cancel|report SWEEP.",
+    "sweep": "Submit a hyper-parameter sweep as job arrays; sweep status|cancel|report|resume SWEEP.",
     "list": "Every job submitted through hpctrain, newest first.",
     "index": "Check or compact the index of runs (set aside unreadable lines, archive ended runs).",
     "explain": "The job-spec and site-profile fields with their documentation.",

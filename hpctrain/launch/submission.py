@@ -20,7 +20,7 @@ from hpctrain.errors import InputError
 from hpctrain.launch.entry_check import check_job
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind, BackendError, JobState
-from hpctrain.scheduler.render import DoctorJob, slurm_directive_path
+from hpctrain.scheduler.render import DoctorJob, mountable, slurm_directive_path
 from hpctrain.site import lookup as sites
 from hpctrain.spec.resources import job_file
 
@@ -121,14 +121,21 @@ def submit(
     check: bool = True,
     after: list[str] | None = None,
     after_kind: AfterKind = "afterok",
+    from_run: str | None = None,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
-    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies."""
+    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `from_run`: a run whose
+    last checkpoint the job starts from (launch/carry_on.py)."""
+    from hpctrain.launch import carry_on
+
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = with_dependency(load_and_resolve(job, site, overrides, check), after or [], after_kind)
+    start = carry_on.find_origin(from_run, resolved, source_name(job)) if from_run is not None else None
 
     def write(run: RunDir) -> BatchRequest:
+        if start is not None:
+            carry_on.link(run, start)
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
         return request
@@ -181,6 +188,11 @@ def submit_run(
     readable by the site's `share_with_group` (docs/security.md).
     """
     from hpctrain.rundir import write_json
+    from hpctrain.runs.index import Index
+
+    index = index or Index()
+    # A container job's mounts cannot carry some characters of its run directory: refused before any write.
+    mountable(index.root / "runs", resolved.job.container)
 
     def files(run: RunDir) -> T:
         run.spec.write_bytes(spec.dumps(resolved))

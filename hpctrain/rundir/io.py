@@ -67,6 +67,21 @@ def private_files(group: str | None = None) -> Iterator[None]:
         os.umask(previous)
 
 
+@contextmanager
+def private_like(run_dir: Path | None) -> Iterator[None]:
+    """`private_files` for what is written about a run after its submit (a report): readable by the
+    run directory's group where its site shared it (share_run_dir), else private to the user."""
+    try:
+        shared = run_dir is not None and bool(os.stat(run_dir).st_mode & stat.S_IRGRP)
+    except OSError:
+        shared = False
+    previous = os.umask(GROUP_UMASK if shared else PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def keep_private(folder: Path) -> None:
     """`folder` (hpctrain's home, runs/) made with mode 0700; one that others may enter or read loses
     that (its group's bits are left as the user or a shared site set them)."""

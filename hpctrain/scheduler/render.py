@@ -23,6 +23,8 @@ from hpctrain.version import __version__
 TEMPLATES = data_folder("templates")
 # No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@=:\-]+$")
+MOUNT_SEPARATORS = (":", ",")
+"""What splits a pyxis --container-mounts list or an apptainer --bind: a mounted path cannot hold them."""
 
 
 def template_dir() -> Path:
@@ -224,6 +226,18 @@ class ContainerLaunch(msgspec.Struct, frozen=True):
     exports: tuple[str, ...] = ()
 
 
+def mountable(run_dir: str | Path, container: Container) -> str:
+    """`run_dir` as the container's mount of it, refused (one line) where the mount would split it."""
+    text = str(run_dir)
+    if container.enabled and container.runtime != "oci" and any(s in text for s in MOUNT_SEPARATORS):
+        option = "--container-mounts" if container.runtime == "pyxis" else "apptainer --bind"
+        raise RenderError(
+            f"run directory {text!r} has a ':' or ',', which split a container mount ({option}); "
+            "set HPCTRAIN_HOME to a path without them"
+        )
+    return text
+
+
 def container_launch(container: Container, run_dir: str, gpus: bool) -> ContainerLaunch:
     """The container words of every rank step (docs/containers.md); the run directory is mounted at its
     own path, so the ranks and the host supervisor share it."""
@@ -233,6 +247,7 @@ def container_launch(container: Container, run_dir: str, gpus: bool) -> Containe
     python = shell_quote(container.python)
     if container.runtime == "oci":
         return ContainerLaunch("oci", srun_options=f"--container={shell_quote(image)}", python=python)
+    mountable(run_dir, container)
     mounts = [(run_dir, run_dir, False)] + [(m.source, m.target, m.readonly) for m in container.bind_mounts]
     binds = [f"{source}:{target}{':ro' if readonly else ''}" for source, target, readonly in mounts]
     if container.runtime == "pyxis":
