@@ -53,6 +53,9 @@ LEGS=()          # those that can be built here
 UNAVAILABLE=()   # those that cannot
 BUILD_PID=""     # the background build, while it runs
 BUILD_LOG=""
+RUNNING_PHASE="" # the phase under way, and since when: a stopped run still times it
+RUNNING_SINCE=0
+LEGS_STARTED=0
 
 # record NAME SECONDS [NOTE]: one row of the table.
 record() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$PHASE_LOG"; }
@@ -61,7 +64,10 @@ record() { printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$PHASE_LOG"; }
 timed() {
     local name=$1 start=$SECONDS rc=0
     shift
+    RUNNING_PHASE=$name
+    RUNNING_SINCE=$start
     "$@" || rc=$?
+    RUNNING_PHASE=""
     record "$name" "$((SECONDS - start))" "$( ((rc == 0)) || echo "FAILED (exit ${rc})")"
     return "$rc"
 }
@@ -96,7 +102,11 @@ why_leg_not_run() {
             return 0
         fi
     done
-    echo "the run ended before it"
+    if ((LEGS_STARTED)); then
+        echo "the leg ended or was stopped before it (see its output above)"
+    else
+        echo "the run ended before it"
+    fi
 }
 
 print_phases() {
@@ -131,6 +141,9 @@ print_phases() {
 # on_exit: stop a background build that an early failure left running, then print the table.
 on_exit() {
     local rc=$?
+    if [[ -n "$RUNNING_PHASE" ]]; then
+        record "$RUNNING_PHASE" "$((SECONDS - RUNNING_SINCE))" "stopped (exit ${rc})"
+    fi
     if [[ -n "$BUILD_PID" ]]; then
         kill -- "-${BUILD_PID}" 2>/dev/null || kill "$BUILD_PID" 2>/dev/null || true
         record "waiting for the build" 0 "stopped: the run ended before the legs"
@@ -140,6 +153,9 @@ on_exit() {
     exit "$rc"
 }
 trap on_exit EXIT
+# A stopped run (CI's time limit, Ctrl-C) still prints its table, with the signal's exit status.
+trap 'exit 143' TERM
+trap 'exit 130' INT
 
 # --------------------------------------------------------------- the matrix legs --
 
@@ -213,6 +229,7 @@ timed integration "$PYTHON" -m pytest tests --ignore=tests/unit || suite=$?
 matrix=0
 if ((${#LEGS[@]})); then
     wait_for_build
+    LEGS_STARTED=1
     HPCTRAIN_PHASE_LOG="$PHASE_LOG" run_legs || matrix=$?
 fi
 ((suite == 0)) || exit "$suite"
