@@ -27,9 +27,13 @@ fi
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
 
+# lint: ruff's checks and its format check, both run; non-zero if either fails (set -e does not
+# apply inside a function called as `timed lint`).
 lint() {
-    "$PYTHON" -m ruff check hpctrain tests benchmarks scripts
-    "$PYTHON" -m ruff format --check hpctrain tests benchmarks scripts
+    local rc=0
+    "$PYTHON" -m ruff check hpctrain tests benchmarks scripts || rc=$?
+    "$PYTHON" -m ruff format --check hpctrain tests benchmarks scripts || rc=$?
+    return "$rc"
 }
 
 if (($#)); then
