@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -137,7 +138,7 @@ class CommandRank:
     def child_environment(self) -> dict[str, str]:
         watchdog = self.job.watchdog
         timeout_s = collective_timeout_s(watchdog, 120)
-        nccl = nccl_env(self.run, timeout_s, flight_recorder_names=False)
+        nccl = nccl_env(self.run, timeout_s, flight_recorder_names=torch_at_least(2, 7))
         return contract.child_env(self.env, self.run, self.attempt, nccl)
 
     # -- starting --------------------------------------------------------------------------------
@@ -355,6 +356,17 @@ class CommandRank:
     def finish(self) -> None:
         """After the last rank of the node: its heartbeat slot files go (each rank tries)."""
         remove_node_files(self.run.root, self.env.get("SLURM_JOB_ID", ""), self.attempt, self.node)
+
+
+def torch_at_least(major: int, minor: int) -> bool:
+    """Whether the installed torch (read from its metadata, not imported) is this version or newer."""
+    from importlib import metadata
+
+    try:
+        found = [int(part) for part in re.findall(r"\d+", metadata.version("torch"))[:2]]
+    except metadata.PackageNotFoundError:
+        return False
+    return tuple(found) >= (major, minor)
 
 
 def _signal(child: subprocess.Popen[bytes], number: int) -> None:

@@ -53,7 +53,8 @@ def main() -> None:
     data = torch.Generator().manual_seed(1000 + rank)
     for step in range(start, args.steps):
         inputs = torch.randn(args.batch_size // world, 16, generator=data).to(device)
-        loss = torch.nn.functional.mse_loss(ddp(inputs), inputs @ target)
+        noise = 0.1 * torch.randn(inputs.shape[0], 1, generator=data).to(device)
+        loss = torch.nn.functional.mse_loss(ddp(inputs), inputs @ target + noise)
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()

@@ -1,0 +1,153 @@
+"""Command jobs on the real local Slurm: the DDP example script (no hpctrain in it), 2 nodes x 2 ranks, gloo.
+
+Each test fails without its mechanism: progress needs the log parser, the restart after kill -9 needs the
+wrapper's failure report and the resume arguments, the hang needs the wrapper's heartbeats (the script
+calls nothing), the requeue needs resume.args in the next allocation.
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hpctrain.rundir import HangReport, RunDir, TrainLine, read_json
+from hpctrain.rundir.attempts import History
+from tests.conftest import REPO
+from tests.integration.cluster import make_eligible, require_cluster, run_dir, status, submit, wait_state
+from tests.integration.faults import signal_rank
+
+pytestmark = pytest.mark.cluster
+
+JOB = REPO / "jobs" / "ddp-script.yaml"
+LONG_STEPS = 600
+HANG_DETECTION_S = 60
+
+
+def longer(steps: int = LONG_STEPS) -> list[str]:
+    """A run long enough to be hit mid-training (about 30 s of steps), checkpointing every 50."""
+    command = f"python -m hpctrain.examples.ddp_script --steps {steps} --checkpoint_every 50 --step_time 0.03"
+    return [f"command={command}", f"progress.total_steps={steps}"]
+
+
+@pytest.fixture(autouse=True)
+def _cluster() -> None:
+    require_cluster()
+
+
+@pytest.fixture
+def submitted() -> Iterator[list[str]]:
+    jobs: list[str] = []
+    yield jobs
+    subprocess.run(["scancel", *jobs], check=False)
+
+
+@pytest.fixture(scope="module")
+def trained() -> Iterator[dict[str, Any]]:
+    """One finished run of the example as shipped, shared by the tests that only read it."""
+    require_cluster()
+    entry = submit(JOB)
+    try:
+        yield wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
+    finally:
+        subprocess.run(["scancel", entry["job_id"]], check=False)
+
+
+def train_steps(run: RunDir) -> list[int]:
+    return [line.step for line in run.read_metrics(head=0, tail=400) if isinstance(line, TrainLine)]
+
+
+def wait_for_step(run: RunDir, job_id: str, step: int, timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if max(train_steps(run), default=0) >= step and (run.checkpoints / "ckpt.pt").exists():
+            return
+        time.sleep(0.5)
+    pytest.fail(f"job {job_id} never reached step {step}: {status(job_id)}")
+
+
+def rank_log(run: RunDir, rank: int) -> str:
+    return run.rank_log(rank).read_text(errors="replace")
+
+
+def test_the_script_trains_to_the_end_on_four_ranks(trained: dict[str, Any]) -> None:
+    run = RunDir(run_dir(trained))
+    assert trained["state"] == "COMPLETED", trained
+    assert "done: 300 steps" in rank_log(run, 0)
+    for rank in range(4):  # every rank ran the command with torchrun's contract, under the wrapper
+        assert f"hpctrain.command: rank {rank} on node" in rank_log(run, rank)
+    assert (run.checkpoints / "ckpt.pt").exists(), "the script saved into HPCTRAIN_CHECKPOINT_DIR"
+
+
+def test_status_shows_step_and_loss_from_the_progress_pattern(trained: dict[str, Any]) -> None:
+    entry = status(trained["job_id"])
+    progress = entry["progress"]["train"]
+    assert progress["step"] == 300 and progress["steps"] == 300, entry
+    assert progress["loss"] is not None and progress["loss"] > 0, entry
+
+
+def test_a_rank_killed_with_sigkill_restarts_from_its_own_checkpoint(submitted: list[str]) -> None:
+    entry = submit(JOB, *longer())
+    submitted.append(entry["job_id"])
+    run = RunDir(run_dir(entry))
+    wait_for_step(run, entry["job_id"], 120)
+    signal_rank(run.root, 1, signal.SIGKILL)
+    done = wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
+    assert done["state"] == "COMPLETED", done
+    ends = History.read(run).ends
+    assert ends[0].outcome == "rank_failure", ends
+    assert "rank 1 on node1" in ends[0].reason and "Killed" in ends[0].reason, ends[0].reason
+    log = rank_log(run, 0)
+    assert "resuming: adding --resume" in log
+    resumed = [
+        int(line.rsplit(" ", 1)[1]) for line in log.splitlines() if line.startswith("rank 0: resumed from")
+    ]
+    assert resumed and resumed[-1] >= 100, log[-2000:]
+    assert f"done: {LONG_STEPS} steps" in log
+
+
+def test_a_stopped_rank_is_named_hung_within_a_minute_and_the_job_restarts(submitted: list[str]) -> None:
+    entry = submit(JOB, *longer())
+    submitted.append(entry["job_id"])
+    run = RunDir(run_dir(entry))
+    wait_for_step(run, entry["job_id"], 100)
+    stopped_at = time.time()
+    signal_rank(run.root, 2, signal.SIGSTOP)
+    deadline = time.monotonic() + HANG_DETECTION_S + 30
+    hang: HangReport | None = None
+    while time.monotonic() < deadline and hang is None:
+        for path in [run.hang_report, *run.failures.glob("attempt-*/hang.json")]:
+            found = read_json(path, HangReport)
+            if isinstance(found, HangReport):
+                hang = found
+        time.sleep(0.5)
+    assert hang is not None, f"no hang report: {status(entry['job_id'])}"
+    assert hang.time - stopped_at <= HANG_DETECTION_S, (hang.time - stopped_at, hang.summary)
+    assert [(r.rank, r.node) for r in hang.hung] == [(2, "node2")], hang.summary
+    done = wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
+    assert done["state"] == "COMPLETED", done
+    assert History.read(run).ends[0].outcome == "hang"
+    assert "rank 0: resumed from step" in rank_log(run, 0)
+
+
+def test_after_a_requeue_the_script_resumes_with_the_resume_args(submitted: list[str]) -> None:
+    entry = submit(JOB, *longer())
+    job_id = entry["job_id"]
+    submitted.append(job_id)
+    run = RunDir(run_dir(entry))
+    wait_for_step(run, job_id, 100)
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and "PENDING" not in status(job_id)["state"]:
+        time.sleep(0.5)
+    make_eligible(job_id)
+    done = wait_state(job_id, {"COMPLETED"}, timeout=300)
+    assert done["state"] == "COMPLETED", done
+    log = rank_log(run, 0)
+    assert "resuming: adding --resume" in log and "rank 0: resumed from step" in log, log[-2000:]
+    assert "restart 1" in Path(run.batch_log).read_text()
