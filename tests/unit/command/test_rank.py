@@ -1,4 +1,4 @@
-"""The per-rank wrapper run for real on this machine (no Slurm): logs, failure reports, preemption, heartbeats."""
+"""The per-rank wrapper run for real here (no Slurm): logs, failure reports, preemption, heartbeats."""
 
 from __future__ import annotations
 
@@ -9,8 +9,6 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
-
-import pytest
 
 from hpctrain import spec
 from hpctrain.rundir import FailureReport, RunDir, TrainLine, read_json
@@ -64,7 +62,7 @@ def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str]:
 def test_the_script_gets_torchruns_variables_and_its_output_reaches_the_log(tmp_path: Path) -> None:
     proc, run = start(
         tmp_path,
-        "import os\nprint('env', os.environ['RANK'], os.environ['WORLD_SIZE'], os.environ['LOCAL_WORLD_SIZE'])\n",
+        "import os\ne = os.environ\nprint('env', e['RANK'], e['WORLD_SIZE'], e['LOCAL_WORLD_SIZE'])\n",
         rank=1,
     )
     code, out = finish(proc)

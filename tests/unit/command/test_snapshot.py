@@ -51,5 +51,5 @@ def test_a_workdir_with_too_much_source_is_refused_with_one_line(
 ) -> None:
     monkeypatch.setattr(code_snapshot, "MAX_FILES", 3)
     tree(tmp_path / "src", {f"m{i}.py": b"" for i in range(5)})
-    with pytest.raises(SpecError, match="code.snapshot: .* set code.snapshot: false"):
+    with pytest.raises(SpecError, match=r"code\.snapshot: .* set code\.snapshot: false"):
         code_snapshot.take(tmp_path / "src", tmp_path / "code")
