@@ -1,4 +1,4 @@
-"""The rank's environment (torchrun's contract from Slurm's variables, hpctrain's) and the resume arguments."""
+"""The rank's environment (torchrun's contract from Slurm's variables, hpctrain's) and resume arguments."""
 
 from __future__ import annotations
 
