@@ -25,6 +25,7 @@ from tests.integration.faults import signal_rank
 pytestmark = pytest.mark.cluster
 
 JOB = REPO / "jobs" / "ddp-script.yaml"
+FSDP_JOB = REPO / "jobs" / "fsdp-script.yaml"
 LONG_STEPS = 600
 HANG_DETECTION_S = 60
 
@@ -62,10 +63,11 @@ def train_steps(run: RunDir) -> list[int]:
     return [line.step for line in run.read_metrics(head=0, tail=400) if isinstance(line, TrainLine)]
 
 
-def wait_for_step(run: RunDir, job_id: str, step: int, timeout: float = 240) -> None:
+def wait_for_step(run: RunDir, job_id: str, step: int, saved: str = "ckpt.pt", timeout: float = 240) -> None:
+    """Until the script has logged `step` and saved `saved` (in HPCTRAIN_CHECKPOINT_DIR)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if max(train_steps(run), default=0) >= step and (run.checkpoints / "ckpt.pt").exists():
+        if max(train_steps(run), default=0) >= step and (run.checkpoints / saved).exists():
             return
         time.sleep(0.5)
     pytest.fail(f"job {job_id} never reached step {step}: {status(job_id)}")
@@ -151,3 +153,25 @@ def test_after_a_requeue_the_script_resumes_with_the_resume_args(submitted: list
     log = rank_log(run, 0)
     assert "resuming: adding --resume" in log and "rank 0: resumed from step" in log, log[-2000:]
     assert "restart 1" in Path(run.batch_log).read_text()
+
+
+def test_the_fsdp2_script_resumes_by_itself_from_its_dcp_checkpoint_after_a_kill(
+    submitted: list[str],
+) -> None:
+    steps = 400
+    command = (
+        f"python -m hpctrain.examples.fsdp_script --steps {steps} --checkpoint_every 50 --step_time 0.03"
+    )
+    entry = submit(FSDP_JOB, f"command={command}", f"progress.total_steps={steps}")
+    submitted.append(entry["job_id"])
+    run = RunDir(run_dir(entry))
+    wait_for_step(run, entry["job_id"], 120, saved="step-100/.metadata")
+    signal_rank(run.root, 3, signal.SIGKILL)
+    done = wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
+    assert done["state"] == "COMPLETED", done
+    assert History.read(run).ends[0].outcome == "rank_failure"
+    log = rank_log(run, 0)
+    resumed = [line for line in log.splitlines() if line.startswith("resumed from step")]
+    assert resumed and int(resumed[-1].split()[3]) >= 100, log[-2000:]
+    assert "resuming: adding" not in log, "the script resumed by itself: no resume arguments"
+    assert f"done: {steps} steps" in log
