@@ -183,7 +183,7 @@ def start(
 ) -> SweepRecord:
     """A new optuna sweep: its run directory and study (launch.submission's one submit path, which
     submits the first round), then its rounds until the budget is spent."""
-    from hpctrain.launch.submission import submit_run
+    from hpctrain.launch.submission import snapshot_code, submit_run
     from hpctrain.runs.index import Index
 
     index = index or Index()
@@ -193,6 +193,7 @@ def start(
     first: list[tuple[Rounds, Round]] = []
 
     def write(run: rundir.RunDir) -> rundir.RunDir:
+        snapshot_code(root_spec, run)  # every trial runs this copy (code.snapshot)
         rundir.write_json(run.root / file_names.STUDY_SETTINGS, Settings(chosen))
         record.sweep_id = run.root.name
         rounds = Rounds(open_study(run.root, chosen), prepared, run, backend, index)
