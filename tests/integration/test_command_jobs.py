@@ -7,6 +7,7 @@ calls nothing), the requeue needs resume.args in the next allocation.
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import time
@@ -18,7 +19,8 @@ import pytest
 
 from hpctrain.rundir import HangReport, RunDir, TrainLine, read_json
 from hpctrain.rundir.attempts import History
-from tests.conftest import REPO
+from hpctrain.runs.index import Index
+from tests.conftest import REPO, run_cli
 from tests.integration.cluster import make_eligible, require_cluster, run_dir, status, submit, wait_state
 from tests.integration.faults import signal_rank
 
@@ -175,3 +177,23 @@ def test_the_fsdp2_script_resumes_by_itself_from_its_dcp_checkpoint_after_a_kill
     assert resumed and int(resumed[-1].split()[3]) >= 100, log[-2000:]
     assert "resuming: adding" not in log, "the script resumed by itself: no resume arguments"
     assert f"done: {steps} steps" in log
+
+
+def test_an_optuna_sweep_over_a_script_argument_ranks_trials_by_their_parsed_loss() -> None:
+    pytest.importorskip("optuna", reason="sweep.sampler optuna needs the `sweep` extra (optuna)")
+    proc = run_cli("sweep", str(REPO / "jobs" / "ddp-script-optuna.yaml"), "--site", "local", timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    mine = [
+        s for s in json.loads(run_cli("sweep", "status", "--json").stdout) if s["name"] == "ddp-script-optuna"
+    ]
+    found = max(mine, key=lambda s: s["sweep_id"])
+    root = Index().root / "runs" / found["sweep_id"]
+    trials = found["trials"]
+    assert len(trials) == 4 and all(t["state"] == "COMPLETED" for t in trials), trials
+    losses = {}
+    for trial in trials:  # the loss each trial's own log printed last, parsed here independently
+        log = RunDir(root).element(trial["index"]).rank_log(0).read_text()
+        last = [line for line in log.splitlines() if line.startswith("step ") and " loss " in line][-1]
+        losses[trial["index"]] = float(last.rsplit(" ", 1)[1])
+        assert trial["metric"] == pytest.approx(losses[trial["index"]]), trial
+    assert found["best"]["index"] == min(losses, key=losses.__getitem__), (found["best"], losses)
