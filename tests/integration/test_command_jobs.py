@@ -197,3 +197,20 @@ def test_an_optuna_sweep_over_a_script_argument_ranks_trials_by_their_parsed_los
         losses[trial["index"]] = float(last.rsplit(" ", 1)[1])
         assert trial["metric"] == pytest.approx(losses[trial["index"]]), trial
     assert found["best"]["index"] == min(losses, key=losses.__getitem__), (found["best"], losses)
+
+
+def test_the_preemption_signal_reaches_the_script_and_the_job_requeues_and_resumes(
+    submitted: list[str],
+) -> None:
+    entry = submit(JOB, *longer(), "preemption.grace=5")
+    job_id = entry["job_id"]
+    submitted.append(job_id)
+    run = RunDir(run_dir(entry))
+    wait_for_step(run, job_id, 100)
+    subprocess.run(["scancel", "--signal=USR1", "--batch", job_id], check=True)
+    done = wait_state(job_id, {"COMPLETED"}, timeout=400)
+    assert done["state"] == "COMPLETED", done
+    assert History.read(run).ends[0].outcome == "preempted", History.read(run).ends
+    log = rank_log(run, 0)
+    assert "preemption: sending SIGUSR1 to the command" in log, log[-2000:]
+    assert "rank 0: resumed from step" in log and f"done: {LONG_STEPS} steps" in log
