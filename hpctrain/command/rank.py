@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from hpctrain import spec
 from hpctrain.command import contract
@@ -191,8 +191,13 @@ class CommandRank:
         return os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
 
     def pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
-        """Copy the child's output to the log as it comes; rank 0 also parses each line for progress."""
-        progress = self.progress_parser()
+        """Copy the child's output to the log as it comes; rank 0 also parses each line for progress.
+        A parser that fails is dropped with one line: the output must reach the log whatever happens."""
+        try:
+            progress = self.progress_parser()
+        except Exception as error:
+            say(f"progress: not parsed ({type(error).__name__}: {error})")
+            progress = None
         pending = b""
         while True:
             chunk = os.read(source.fileno(), 65536)
@@ -206,13 +211,17 @@ class CommandRank:
                 line = raw.decode("utf-8", "replace")
                 self.tail = [*self.tail[-(TAIL_LINES - 1) :], line]
                 if progress is not None:
-                    progress.feed(line)
+                    try:
+                        progress.feed(line)
+                    except Exception as error:
+                        say(f"progress: no longer parsed ({type(error).__name__}: {error})")
+                        progress = None
         if pending:
             self.tail = [*self.tail[-(TAIL_LINES - 1) :], pending.decode("utf-8", "replace")]
         if progress is not None:
             progress.close()
 
-    def progress_parser(self) -> object | None:
+    def progress_parser(self) -> Any:
         section = self.job.progress
         if self.rank != 0 or section is None:
             return None
