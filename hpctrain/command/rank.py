@@ -181,13 +181,22 @@ class CommandRank:
         pid_file.write_text(f"{child.pid}\n")
         return child
 
+    def redirect(self) -> None:
+        """Under torchrun (HPCTRAIN_REDIRECT_LOGS), this process's own stdout and stderr go to the rank's
+        log, as srun's --output does for the srun launcher: the child's output and ours land there."""
+        if self.env.get("HPCTRAIN_REDIRECT_LOGS") != "1":
+            return
+        path = self.run.rank_log(self.rank)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(fd, 1)
+        os.dup2(fd, 2)
+        os.close(fd)
+
     def output(self) -> IO[bytes]:
-        """Where the child's output goes: this process's stdout (srun's --output is the rank log), or
-        the rank log itself under torchrun (HPCTRAIN_REDIRECT_LOGS)."""
-        if self.env.get("HPCTRAIN_REDIRECT_LOGS") == "1":
-            path = self.run.rank_log(self.rank)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            return path.open("ab", buffering=0)
+        """Where the child's output goes: this process's stdout, which is the rank's log."""
         return os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
 
     def pump(self, source: IO[bytes], sink: IO[bytes]) -> None:
@@ -290,6 +299,7 @@ class CommandRank:
     def run_child(self) -> int:
         for number in (self.preemption_signal, signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
             signal.signal(number, self.on_signal)
+        self.redirect()
         child = self.start()
         assert child.stdout is not None
         pumping = threading.Thread(target=self.pump, args=(child.stdout, self.output()), daemon=True)
