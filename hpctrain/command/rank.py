@@ -277,9 +277,11 @@ class CommandRank:
             return False
 
     def preempt(self, child: subprocess.Popen[bytes]) -> float:
-        """Pass the preemption signal on; returns when the grace ends."""
+        """Pass the preemption signal on; returns when the grace ends. Without `preemption.requeue`
+        the job is not requeued: the command gets the signal and the grace, and then ends the job."""
         if self.rank == 0:
-            self.run.requeue_request.write_text("command\n")
+            if self.resolved.preemption.requeue:
+                self.run.requeue_request.write_text("command\n")
             self.run.preempt_flag.unlink(missing_ok=True)
         number = self.preemption_signal
         grace = self.resolved.preemption.grace
@@ -343,8 +345,8 @@ class CommandRank:
         """This task's exit status, after the failure report a failed command gets."""
         if self.ended_by is not None:  # srun ended the step (another rank failed, the watchdog): no report
             return 128 + self.ended_by
-        if preempted:
-            say(f"preemption: the command ended with {code}; the job requeues")
+        if preempted:  # the supervisor requeues (requeue.request) or, without preemption.requeue, ends
+            say(f"preemption: the command ended with {code}")
             return 0
         if code == 0:
             return 0
