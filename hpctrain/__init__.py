@@ -8,7 +8,7 @@ import importlib
 import importlib.util
 from typing import Any
 
-__version__ = "0.1.0"
+from hpctrain.version import __version__ as __version__
 
 
 def __getattr__(name: str) -> Any:

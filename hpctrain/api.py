@@ -200,18 +200,25 @@ def submit(
     after: Iterable[Run | str] = (),
     after_kind: AfterKind = "afterok",
     check: bool = True,
+    from_run: Run | str | None = None,
 ) -> Run:
     """Validate, render, record and submit the job; its Run handle.
 
     `site`: a site profile's name or path. `backend`: slurm, pyslurm or local (default $HPCTRAIN_BACKEND,
     else auto). `after`: runs (or Slurm job ids) the job waits for; `after_kind` says for what (a Slurm
     dependency, added to any `dependency` the spec sets). `check`: the entrypoint and path checks.
-    A refusal by the scheduler raises BackendError; the run stays recorded as SUBMIT_FAILED.
+    `from_run`: an earlier run (or its job id or run id) whose last checkpoint the job starts from, at
+    its step, training on to its own train.steps (the same model: entrypoint and train.options; see
+    `hpctrain submit --from`). A refusal by the scheduler raises BackendError; the run stays recorded
+    as SUBMIT_FAILED.
     """
     from hpctrain.launch.submission import submit as submit_run
 
     waits = [_job_id_of(one) for one in after]
-    done = submit_run(job, site, list(overrides), backend, check=check, after=waits, after_kind=after_kind)
+    start = from_run.run_id if isinstance(from_run, Run) else from_run
+    done = submit_run(
+        job, site, list(overrides), backend, check=check, after=waits, after_kind=after_kind, from_run=start
+    )
     if done.error:
         raise BackendError(f"{done.error} (the script and resolved spec are kept in {done.run.run_dir})")
     return Run(done.run)
@@ -281,6 +288,14 @@ class Run:
     def run_dir(self) -> Path:
         """The run directory: spec, script, logs, metrics, result (docs/run-directory.md)."""
         return self.record.run_dir
+
+    @property
+    def started_from(self) -> str | None:
+        """The earlier run's checkpoint this run starts from (`submit(..., from_run=)`), in words:
+        the folder, its step and run; None for a run that starts afresh."""
+        from hpctrain.launch.carry_on import linked
+
+        return linked(self.record.run_dir)
 
     def status(self) -> RunStatus:
         """One poll (one scheduler query) and the run directory read: state, progress, failures."""
@@ -676,7 +691,7 @@ def doctor(
     findings += checks.container_findings(profile, containers.detect(facts))
     if job and name in facts.partitions:
         nodes = checks.healthy_nodes(findings, facts.partition_nodes(name))
-        report = checks.run_preflight(profile, facts, name, nodes, checks.doctor_home(), tolerance, timeout)
+        report = checks.run_preflight(profile, facts, name, nodes, tolerance, timeout)
         findings += checks.preflight_findings(profile, report, nodes)
     bad = sorted({f.scope for f in findings if f.status == "FAIL" and f.scope in facts.nodes})
     return DoctorReport(profile.name, findings, bad)

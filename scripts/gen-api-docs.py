@@ -25,6 +25,8 @@ DOC = ROOT / "docs" / "python-api.md"
 EXAMPLE = ROOT / "hpctrain" / "examples" / "pipeline.py"
 SCRIPT = "gen-api-docs.py"
 PREAMBLE = "# Python API\n"
+SPEC = "hpctrain.spec"
+"""Structures of the spec, which gen-spec-docs.py describes field by field, are not repeated here."""
 
 
 def assigned_docs(path: Path) -> dict[str, str]:
@@ -98,7 +100,105 @@ def reference() -> str:
         return name in assigned, not inspect.isclass(getattr(api, name)), name.lower()
 
     order = sorted(api.__all__, key=place)
-    return "\n".join(entry(name, getattr(api, name), assigned) for name in order)
+    entries = "\n".join(entry(name, getattr(api, name), assigned) for name in order)
+    return entries + "\n## Structures the API returns\n\n" + structure_reference()
+
+
+def handed_out() -> list[type]:
+    """The classes the API hands out but does not export: those api.py imports for its annotations
+    (its `if TYPE_CHECKING:` block)."""
+    import importlib
+
+    tree = ast.parse(Path(api.__file__).read_text(encoding="utf-8"))
+    found: list[type] = []
+    for node in tree.body:
+        if not (
+            isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING"
+        ):
+            continue
+        for imported in node.body:
+            if isinstance(imported, ast.ImportFrom) and imported.module:
+                module = importlib.import_module(imported.module)
+                found += [getattr(module, alias.name) for alias in imported.names]
+    return [thing for thing in found if inspect.isclass(thing)]
+
+
+def is_structure(thing: Any) -> bool:
+    import dataclasses
+
+    import msgspec
+
+    return inspect.isclass(thing) and (issubclass(thing, msgspec.Struct) or dataclasses.is_dataclass(thing))
+
+
+def field_types(cls: type) -> list[Any]:
+    import dataclasses
+    import typing
+
+    import msgspec
+
+    if issubclass(cls, msgspec.Struct):
+        return [f.type for f in msgspec.structs.fields(cls)]
+    hints = typing.get_type_hints(cls)
+    return [hints[f.name] for f in dataclasses.fields(cls)]
+
+
+def structures() -> list[type]:
+    """Every structure a user of the API meets: those it hands out, and every structure their fields
+    hold, in the order they are met."""
+    import typing
+
+    seen: list[type] = []
+    todo = [cls for cls in handed_out() if is_structure(cls) and not cls.__module__.startswith(SPEC)]
+    while todo:
+        cls = todo.pop(0)
+        if cls in seen:
+            continue
+        seen.append(cls)
+        types = field_types(cls)
+        while types:
+            one = types.pop()
+            types += list(typing.get_args(one))
+            if is_structure(one) and one not in seen and not one.__module__.startswith(SPEC):
+                todo.append(one)
+    return seen
+
+
+def field_lines(cls: type) -> list[str]:
+    """`- `name: annotation` = default: doc` for each field, base classes' first, as the source has them."""
+    lines: list[str] = []
+    for klass in reversed(
+        [k for k in cls.__mro__ if is_structure(k) and k.__module__.startswith("hpctrain")]
+    ):
+        body = ast.parse(inspect.cleandoc("\n" + inspect.getsource(klass))).body[0]
+        assert isinstance(body, ast.ClassDef)
+        nodes = body.body
+        for node, after in itertools.zip_longest(nodes, nodes[1:]):
+            if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+                continue
+            if ast.unparse(node.annotation).startswith("ClassVar"):
+                continue
+            shown = f"`{node.target.id}: {ast.unparse(node.annotation)}`"
+            if node.value is not None:
+                shown += f" (default `{ast.unparse(node.value)}`)"
+            doc = ""
+            if isinstance(after, ast.Expr) and isinstance(after.value, ast.Constant):
+                doc = ": " + text(str(after.value.value)).replace("\n", " ")
+            lines.append(f"- {shown}{doc}")
+    return lines
+
+
+def structure_reference() -> str:
+    """Each structure's docstring and fields (`RunStatus`, its `Progress`...)."""
+    parts = [
+        "Each is a msgspec struct or a dataclass; `msgspec.to_builtins(value)` gives plain data (as "
+        "`status --json` prints). The job and site specs (`JobSpec`, `Site`, `Resolved`) are described "
+        "in [job-spec.md](job-spec.md) and [site-config.md](site-config.md).\n"
+    ]
+    for cls in structures():
+        parts.append(f"### `{cls.__name__}` (structure, `{cls.__module__}`)\n\n{text(cls.__doc__)}\n")
+        parts.append("\n".join(field_lines(cls)) + "\n")
+    return "\n".join(parts)
 
 
 def example() -> str:

@@ -2,6 +2,8 @@
 # slurm-matrix.sh - run hpctrain's Slurm-facing tests on each Slurm release the local cluster offers.
 #
 #   scripts/slurm-matrix.sh [--slurm 22.05,24.11,25.11,26.05] [PYTEST ARGS...]
+#   scripts/slurm-matrix.sh --prepare --slurm 25.11     only build each release and its venv (no
+#                                                       cluster, no tests): what a leg later reuses
 #
 # For each release (default: all of them): build it when it is not Debian's (scripts/build-slurm.sh,
 # cached under /opt), bring its cluster up beside the others (scripts/local-cluster.sh --slurm V up),
@@ -11,6 +13,9 @@
 #
 # The node-loss tests kill a slurmd: they run on the clusters this script owns (not 22.05, which the
 # default test command shares) unless HPCTRAIN_DISRUPTIVE=1.
+#
+# HPCTRAIN_PHASE_LOG, when set, names a file that gets one "NAME<tab>SECONDS<tab>NOTE" line per
+# phase ("25.11 build", "pyslurm build", "25.11 tests"): scripts/test.sh prints them as its table.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REPO="$(pwd)"
@@ -39,6 +44,10 @@ readonly LOST_NODE=(
 )
 
 log() { printf '%s: %s\n' "$PROG" "$*" >&2; }
+# phase NAME SECONDS [NOTE]: one line of the phase log, when there is one.
+phase() {
+    [[ -z "${HPCTRAIN_PHASE_LOG:-}" ]] || printf '%s\t%s\t%s\n' "$1" "$2" "${3:-}" >>"$HPCTRAIN_PHASE_LOG"
+}
 die() {
     printf '%s: ERROR: %s\n' "$PROG" "$*" >&2
     exit 1
@@ -61,12 +70,19 @@ venv_for() {
     if ! scripts/local-cluster.sh --slurm "$release" run test -x "${venv}/bin/python"; then
         scripts/local-cluster.sh --slurm "$release" run "$host_python" -m venv --system-site-packages "$venv" >&2
     fi
-    if [[ "$release" == 25.11 ]] && ! "${venv}/bin/python" -c 'import pyslurm' 2>/dev/null; then
-        local prefix="${PREFIX_ROOT}/${release}"
-        log "building pyslurm ${PYSLURM_VERSION} against ${prefix}"
-        SLURM_INCLUDE_DIR="${prefix}/include" SLURM_LIB_DIR="${prefix}/lib" PYSLURM_BUILD_JOBS=2 \
-            nice -n 10 "${venv}/bin/pip" install --no-cache-dir "pyslurm==${PYSLURM_VERSION}" >&2 ||
-            die "pip install pyslurm==${PYSLURM_VERSION} failed"
+    if [[ "$release" == 25.11 ]]; then
+        if "${venv}/bin/python" -c 'import pyslurm' 2>/dev/null; then
+            phase "pyslurm build" 0 "cached in ${venv}"
+        else
+            local prefix="${PREFIX_ROOT}/${release}" start=$SECONDS
+            log "building pyslurm ${PYSLURM_VERSION} against ${prefix}"
+            SLURM_INCLUDE_DIR="${prefix}/include" SLURM_LIB_DIR="${prefix}/lib" PYSLURM_BUILD_JOBS=2 \
+                nice -n 10 "${venv}/bin/pip" install --no-cache-dir "pyslurm==${PYSLURM_VERSION}" >&2 || {
+                phase "pyslurm build" "$((SECONDS - start))" "FAILED"
+                die "pip install pyslurm==${PYSLURM_VERSION} failed"
+            }
+            phase "pyslurm build" "$((SECONDS - start))"
+        fi
     fi
     printf '%s\n' "${venv}/bin/python"
 }
@@ -74,10 +90,11 @@ venv_for() {
 # leg RELEASE PYTEST_ARGS...: one release's tests (their output on stderr); prints
 # "RELEASE result seconds" on stdout.
 leg() {
-    local release=$1 python start rc=0 tests
+    local release=$1 python start rc=0 tests tests_start
     shift
     start=$SECONDS
-    scripts/build-slurm.sh "$release" >&2 || return 1
+    build "$release" || return 1
+    tests_start=$SECONDS
     scripts/local-cluster.sh --slurm "$release" up >&2 || return 1
     python="$(venv_for "$release")" || return 1
     tests=("${CONTRACT[@]}" "${INTEGRATION_SET[@]}")
@@ -92,15 +109,43 @@ leg() {
         scripts/local-cluster.sh --slurm "$release" run env PYTHONPATH="$REPO" HPCTRAIN_DISRUPTIVE="$disruptive" \
             "$python" -m pytest -p no:cacheprovider -q -rs "${tests[@]}" "$@" >&2
     ) || rc=$?
+    phase "${release} tests" "$((SECONDS - tests_start))" \
+        "$( ((rc == 0)) && echo "passed; its cluster up, venv and pytest" || echo "FAILED (pytest exit ${rc})")"
     printf '%s %s %ss\n' "$release" "$( ((rc == 0)) && echo passed || echo "FAILED (pytest exit ${rc})")" \
         "$((SECONDS - start))"
     return "$rc"
 }
 
+# build RELEASE: the release's Slurm (scripts/build-slurm.sh, cached under PREFIX_ROOT), timed.
+build() {
+    local release=$1 start=$SECONDS
+    [[ "$release" != 22.05 ]] || return 0 # this host's Debian packages: nothing to build
+    if [[ -f "${PREFIX_ROOT}/${release}/.built" ]]; then
+        phase "${release} build" 0 "cached in ${PREFIX_ROOT}/${release}"
+        return 0
+    fi
+    scripts/build-slurm.sh "$release" >&2 || {
+        phase "${release} build" "$((SECONDS - start))" "FAILED"
+        return 1
+    }
+    phase "${release} build" "$((SECONDS - start))"
+}
+
+# prepare RELEASE: what a leg needs before its cluster comes up (its Slurm, its venv), nothing more.
+prepare() {
+    local release=$1
+    build "$release" || return 1
+    venv_for "$release" >/dev/null
+}
+
 main() {
-    local releases="22.05,24.11,25.11,26.05" pytest_args=()
+    local releases="22.05,24.11,25.11,26.05" pytest_args=() only_prepare=0
     while (($#)); do
         case "$1" in
+            --prepare)
+                only_prepare=1
+                shift
+                ;;
             --slurm)
                 (($# >= 2)) || die "--slurm needs a list such as 25.11 or 22.05,25.11"
                 releases=$2
@@ -115,6 +160,12 @@ main() {
     [[ $EUID -eq 0 ]] || die "must run as root (it starts Slurm daemons)"
     local release summary=() failed=0 line
     IFS=, read -r -a wanted <<<"$releases"
+    if ((only_prepare)); then
+        for release in "${wanted[@]}"; do
+            prepare "$release" || failed=1
+        done
+        return "$failed"
+    fi
     for release in "${wanted[@]}"; do
         line="$(leg "$release" "${pytest_args[@]+"${pytest_args[@]}"}")" || failed=1
         summary+=("${line:-${release} FAILED before its tests (see above)}")

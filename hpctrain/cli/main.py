@@ -6,6 +6,8 @@ import argparse
 import importlib
 import sys
 
+from hpctrain.version import __version__
+
 VERBS = {
     "render": "Print the batch script a job would submit (dry run; submits nothing).",
     "submit": "Validate, render, record and submit a job.",
@@ -13,7 +15,7 @@ VERBS = {
     "logs": "Print a job's batch log or one rank's log.",
     "cancel": "Cancel jobs.",
     "report": "Figures and a one-page summary of a run or sweep (loss, throughput, ranks, memory).",
-    "sweep": "Submit a hyper-parameter sweep as job arrays; sweep status|cancel|report SWEEP.",
+    "sweep": "Submit a hyper-parameter sweep as job arrays; sweep status|cancel|report|resume SWEEP.",
     "list": "Every job submitted through hpctrain, newest first.",
     "index": "Check or compact the index of runs (set aside unreadable lines, archive ended runs).",
     "explain": "The job-spec and site-profile fields with their documentation.",
@@ -37,8 +39,6 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         prog="hpctrain",
         description="Distributed PyTorch training on Slurm: render, submit, track, cancel.",
     )
-    from hpctrain import __version__
-
     parser.add_argument("--version", action="version", version=f"hpctrain {__version__}")
     sub = parser.add_subparsers(dest="verb", metavar="COMMAND")
     for verb, help_text in VERBS.items():

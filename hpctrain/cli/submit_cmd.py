@@ -24,6 +24,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="Start only after this job (a job id or run id) completed (repeatable; see --after-kind).",
     )
     parser.add_argument(
+        "--from",
+        dest="from_run",
+        metavar="RUN",
+        help="Start from this earlier run's last checkpoint (job id or run id): the same model "
+        "(train.entrypoint, train.options), trained on from its step to train.steps.",
+    )
+    parser.add_argument(
         "--after-kind",
         choices=api.AFTER_KINDS,
         default="afterok",
@@ -39,7 +46,14 @@ def run(args: argparse.Namespace) -> int:
     tracked, untracked = api.find_runs(args.after) if args.after else ([], [])
     after = [*tracked, *untracked]
     run_ = api.submit(
-        args.job, args.site, args.overrides, args.backend, after, args.after_kind, check=args.check
+        args.job,
+        args.site,
+        args.overrides,
+        args.backend,
+        after,
+        args.after_kind,
+        check=args.check,
+        from_run=args.from_run,
     )
     if args.json:
         print_json(
@@ -48,11 +62,14 @@ def run(args: argparse.Namespace) -> int:
                 "run_id": run_.run_id,
                 "run_dir": str(run_.run_dir),
                 "backend": run_.record.backend,
+                **({"from": run_.started_from} if args.from_run else {}),
             }
         )
     else:
         print(f"Submitted job {run_.job_id} ({run_.name}, run {run_.run_id})")
         print(f"  run directory: {run_.run_dir}")
+        if args.from_run:
+            print(f"  starts from: {run_.started_from}")
     if not args.wait:
         return 0
     from hpctrain.cli.view.status import wait_for

@@ -117,15 +117,24 @@ def missing_imports(tree: ast.Module, search: list[str]) -> list[str]:
     return sorted(n for n in visitor.names if n not in known and find_module(n, search) is None)
 
 
-def check_entrypoint(entrypoint: str, origin: str, cwd: Path | None = None) -> None:
-    """Refuse (SpecError) an entrypoint whose module is not on the job's path or lacks the function."""
+def check_entrypoint(
+    entrypoint: str, origin: str, cwd: Path | None = None, python_path: str | None = None
+) -> None:
+    """Refuse (SpecError) an entrypoint whose module is not on the job's path or lacks the function.
+    The job's path: the folder it is submitted from (the job starts there), the job's env.PYTHONPATH
+    (`python_path`), and this Python's own path."""
     module, _, function = entrypoint.partition(":")
-    search = [str(cwd or Path.cwd()), *[p for p in sys.path if p]]
+    folder = str(cwd or Path.cwd())
+    added = [p for p in (python_path or "").split(os.pathsep) if p]
+    search = [folder, *added, *[p for p in sys.path if p]]
     spec = find_module(module, search)
     where = f"{origin}: train.entrypoint: {entrypoint}"
     if spec is None:
+        also = f", env.PYTHONPATH ({os.pathsep.join(added)})" if added else ""
         raise SpecError(
-            f"{where}: module {module} is not found on the job's Python path (--no-check skips this)"
+            f"{where}: module {module} is not found on the job's Python path (searched {folder}, the "
+            f"folder you submit from{also}, and this Python's path); submit from the folder that holds "
+            f"it, or add that folder with env.PYTHONPATH (--set env.PYTHONPATH=DIR) (--no-check skips this)"
         )
     if not spec.origin or not spec.origin.endswith(".py") or not os.path.exists(spec.origin):
         return  # compiled or frozen: the function cannot be looked up without importing it
@@ -201,7 +210,10 @@ def check_command(words: list[str], workdir: Path, origin: str) -> None:
 def check_job(resolved: Resolved, origin: str) -> None:
     job = resolved.job
     if job.train is not None:
-        check_entrypoint(job.train.entrypoint, origin)
+        python_path = job.env.get("PYTHONPATH")
+        check_entrypoint(
+            job.train.entrypoint, origin, python_path=None if python_path is None else str(python_path)
+        )
     else:
         workdir = Path(job.workdir or ".")
         if not workdir.is_dir():

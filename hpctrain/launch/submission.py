@@ -21,7 +21,7 @@ from hpctrain.errors import InputError
 from hpctrain.launch.entry_check import check_job
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind, BackendError, JobState
-from hpctrain.scheduler.render import slurm_directive_path
+from hpctrain.scheduler.render import DoctorJob, mountable, slurm_directive_path
 from hpctrain.site import lookup as sites
 from hpctrain.spec.resources import job_file
 
@@ -123,14 +123,21 @@ def submit(
     check: bool = True,
     after: list[str] | None = None,
     after_kind: AfterKind = "afterok",
+    from_run: str | None = None,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
-    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies."""
+    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `from_run`: a run whose
+    last checkpoint the job starts from (launch/carry_on.py)."""
+    from hpctrain.launch import carry_on
+
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = with_dependency(load_and_resolve(job, site, overrides, check), after or [], after_kind)
+    start = carry_on.find_origin(from_run, resolved, source_name(job)) if from_run is not None else None
 
     def write(run: RunDir) -> BatchRequest:
+        if start is not None:
+            carry_on.link(run, start)
         snapshot_code(resolved, run)
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
@@ -193,36 +200,76 @@ def submit_run(
     Everything it writes, and the job's logs (sbatch hands on its umask), is private to the user, or
     readable by the site's `share_with_group` (docs/security.md).
     """
+    from hpctrain.rundir import write_json
+    from hpctrain.runs.index import Index
+
+    index = index or Index()
+    # A container job's mounts cannot carry some characters of its run directory: refused before any write.
+    mountable(index.root / "runs", resolved.job.container)
+
+    def files(run: RunDir) -> T:
+        run.spec.write_bytes(spec.dumps(resolved))
+        write_json(run.submit_info, asked)
+        return write(run)
+
+    job, site = resolved.job, resolved.site
+    return _submit_recorded(index, backend, job.name, site.name, site.share_with_group, files, schedule)
+
+
+def submit_doctor_job(job: DoctorJob, backend: Backend, index: Index | None = None) -> Submitted:
+    """`hpctrain doctor`'s preflight job, by submit_run's path and rules: a run directory recorded in
+    the index before the scheduler is asked, the script the backend's `prepare` renders, its `schedule`
+    (pyslurm where the site has it). A refusal is returned in Submitted.error."""
+
+    def write(run: RunDir) -> BatchRequest:
+        request = backend.prepare(job, run.root)
+        request.path.write_text(request.script)
+        return request
+
+    group = job.site.share_with_group
+    return _submit_recorded(
+        index, backend, job.name, job.site.name, group, write, lambda r: {"": backend.schedule(r)}
+    )
+
+
+def _submit_recorded(
+    index: Index | None,
+    backend: Backend,
+    name: str,
+    site: str,
+    group: str | None,
+    write: Callable[[RunDir], T],
+    schedule: Callable[[T], dict[str, str]],
+) -> Submitted:
     from hpctrain.rundir.io import private_files
 
-    group = resolved.site.share_with_group
     with private_files(group), held_signals() as held:
-        return _submit_private(index, backend, resolved, asked, write, schedule, group, held)
+        return _submit_private(index, backend, name, site, write, schedule, group, held)
 
 
 def _submit_private(
     index: Index | None,
     backend: Backend,
-    resolved: spec.Resolved,
-    asked: SubmitInfo,
+    name: str,
+    site: str,
     write: Callable[[RunDir], T],
     schedule: Callable[[T], dict[str, str]],
     group: str | None,
     held: Held,
 ) -> Submitted:
-    from hpctrain.rundir import RunDir, write_json
+    from hpctrain.rundir import RunDir
     from hpctrain.rundir.io import share_run_dir
     from hpctrain.runs.index import Index, Run
 
     index = index or Index()
     slurm_directive_path(index.root / "runs")
-    run_id, run_dir = index.new_run_dir(resolved.job.name)
+    run_id, run_dir = index.new_run_dir(name)
     now = time.time()
     run = Run(
         run_id=run_id,
         job_id=None,
-        name=resolved.job.name,
-        site=resolved.site.name,
+        name=name,
+        site=site,
         backend=backend.name,
         run_dir=run_dir,
         submitted_at=now,
@@ -234,8 +281,6 @@ def _submit_private(
     try:
         if group is not None:
             share_run_dir(index.root, run_dir, group)
-        paths.spec.write_bytes(spec.dumps(resolved))
-        write_json(paths.submit_info, asked)
         written = write(paths)
         if held.signals:  # asked to stop before anything was submitted: stop
             raise KeyboardInterrupt
@@ -259,6 +304,24 @@ def _submit_private(
     more = [msgspec.structs.replace(run, run_id=run_id + key, job_id=job) for key, job in job_ids.items()]
     index.record_job(run, job_id, more)
     return Submitted(run)
+
+
+def submit_more(index: Index, entry: Run, group: str | None, schedule: Callable[[], str]) -> None:
+    """A further job of a run that is recorded already (an Optuna sweep's next round), by submit_run's
+    rule and under its private files and held signals: its index entry (`entry`, a `+OFFSET` run id in
+    the run's directory) is recorded first, then the scheduler asked (`schedule` returns the job id),
+    then the job id recorded. Whatever `schedule` raises marks the entry SUBMIT_FAILED, then goes on."""
+    from hpctrain.rundir.io import private_files
+
+    entry.job_id, entry.state, entry.reason = None, JobState.PENDING, SUBMITTING
+    with private_files(group), held_signals():
+        index.add(entry)
+        try:
+            job_id = schedule()
+        except BaseException as err:
+            index.update_states([(entry, JobState.SUBMIT_FAILED, _reason(err))])
+            raise
+        index.record_job(entry, job_id)
 
 
 # The reason of a run recorded before the scheduler was asked; a run that keeps it past a submit was

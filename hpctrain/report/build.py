@@ -13,6 +13,7 @@ from hpctrain.report.parallel import Job, draw_all
 from hpctrain.report.series import RunSeries, read_run
 from hpctrain.report.summary import Page, Subject
 from hpctrain.rundir import RunDir, goodput
+from hpctrain.rundir.io import private_like
 
 SUMMARY = "report.md"
 # Where a report goes unless told: this folder in the run directory.
@@ -108,7 +109,12 @@ def _draw(page: Page, out: Path, figures: list[RunFigure], series: RunSeries) ->
 
 
 def report_run(run: RunDir, subject: Subject, out: Path) -> Written:
-    """Figures and report.md of one run directory into `out`."""
+    """Figures and report.md of one run directory into `out`, as private as the run directory."""
+    with private_like(run.root):
+        return _report_run(run, subject, out)
+
+
+def _report_run(run: RunDir, subject: Subject, out: Path) -> Written:
     series = read_run(run)
     page = Page(subject)
     notes: list[str] = []
@@ -147,7 +153,20 @@ def report_trials(
     extra: Callable[[Path], Path] | None = None,
     metric_name: str = "metric",
 ) -> Written:
-    """One figure of every trial's curves (and `extra`, the sweep's own metric-per-parameter plot)."""
+    """One figure of every trial's curves (and `extra`, the sweep's own metric-per-parameter plot),
+    as private as the run directory of the subject (the sweep's, the array job's)."""
+    with private_like(Path(subject.root) if subject.root else None):
+        return _report_trials(trials, subject, out, best, extra, metric_name)
+
+
+def _report_trials(
+    trials: list[Trial],
+    subject: Subject,
+    out: Path,
+    best: str | None,
+    extra: Callable[[Path], Path] | None,
+    metric_name: str,
+) -> Written:
     read = [(t.label, read_run(t.run)) for t in trials]
     page = Page(subject)
     notes: list[str] = []

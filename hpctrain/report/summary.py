@@ -237,8 +237,9 @@ def render(page: Page) -> str:
     ids = [
         f"run {md(subject.run_id, 80)}" if subject.run_id else "",
         f"job {md(subject.job_id, 40)}" if subject.job_id else "",
+        f"state {state}{snapshot}",
     ]
-    lines += [", ".join(i for i in ids if i) + f", state {state}{snapshot}; written {when}.", ""]
+    lines += [", ".join(i for i in ids if i) + f"; written {when}.", ""]
     if subject.root:
         lines += [f"Run directory: {md(subject.root, 300)}", ""]
     if page.rows:

@@ -13,6 +13,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from hpctrain.errors import SpecError
 from hpctrain.rundir.lines import METRIC_KINDS, EventLine, MetricLine
 from hpctrain.rundir.names import Numbered
 from hpctrain.rundir.structs import Unreadable
@@ -66,6 +67,21 @@ def private_files(group: str | None = None) -> Iterator[None]:
         os.umask(previous)
 
 
+@contextmanager
+def private_like(run_dir: Path | None) -> Iterator[None]:
+    """`private_files` for what is written about a run after its submit (a report): readable by the
+    run directory's group where its site shared it (share_run_dir), else private to the user."""
+    try:
+        shared = run_dir is not None and bool(os.stat(run_dir).st_mode & stat.S_IRGRP)
+    except OSError:
+        shared = False
+    previous = os.umask(GROUP_UMASK if shared else PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def keep_private(folder: Path) -> None:
     """`folder` (hpctrain's home, runs/) made with mode 0700; one that others may enter or read loses
     that (its group's bits are left as the user or a shared site set them)."""
@@ -80,8 +96,6 @@ def share_run_dir(home: Path, run_dir: Path, group: str) -> None:
     """Give `run_dir` to `group` (2750: what the job makes inside inherits the group) and let the
     group pass through `home` and runs/ on the way (o+x: enter, not list)."""
     import grp
-
-    from hpctrain.errors import SpecError
 
     try:
         gid = grp.getgrnam(group).gr_gid

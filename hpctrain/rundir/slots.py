@@ -103,13 +103,9 @@ def current_attempt(env: dict[str, str] | None = None) -> int:
 
 def stack_signal(preemption_signal: str) -> signal.Signals:
     """The signal that makes a rank print its stacks (faulthandler): never the preemption signal."""
-    from hpctrain.spec.slurm_values import signal_name
-
-    try:
-        preemption = "SIG" + signal_name(preemption_signal.upper())
-    except ValueError:  # validated in the spec already; a number is not USR2 either
-        preemption = ""
-    return signal.SIGUSR1 if preemption == "SIGUSR2" else signal.SIGUSR2
+    # The spec validated the name already (a number is not USR2 either).
+    preemption = preemption_signal.upper().removeprefix("SIG")
+    return signal.SIGUSR1 if preemption == "USR2" else signal.SIGUSR2
 
 
 @dataclass(frozen=True)

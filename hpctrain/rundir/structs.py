@@ -8,7 +8,7 @@ from typing import Annotated
 
 import msgspec
 
-from hpctrain.scheduler.base import JobState
+from hpctrain.rundir.states import JobState
 
 
 class Unreadable(msgspec.Struct, frozen=True):

@@ -85,28 +85,43 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     """One tracked run as `hpctrain status` shows it; encoded, one entry of `status --json`."""
 
     job_id: str | None
+    """The scheduler's job id; None when the submit failed before the scheduler gave one."""
     run_id: str
+    """hpctrain's id of the run: its run directory's name."""
     name: str
+    """The job's name (the spec's `name`)."""
     site: str
+    """The site profile it was submitted with."""
     backend: str
+    """The backend that submitted it (slurm, local...)."""
     state: JobState
+    """The scheduler's state (PENDING, RUNNING, COMPLETED, FAILED, CANCELLED, ...)."""
     reason: str
+    """Why it is in that state: Slurm's reason, or hpctrain's (a failed submit, a cancel)."""
     submitted_at: float
+    """When it was submitted, seconds since the epoch."""
     run_dir: str
+    """Its run directory."""
     nodes: str
     """Where it runs (the scheduler's node list); empty when not polled."""
     elapsed: str
+    """Time in its allocation, as the scheduler prints it; empty when not polled."""
     exit_code: str
+    """The scheduler's `EXIT:SIGNAL` once it ended; empty before."""
     source: str
     """Where the state came from (squeue, sacct, scontrol, local; `cache`: the index, not polled)."""
     progress: Progress
+    """The latest train and eval lines, or the result of a run that ended."""
     elements: list[Element] = []
+    """An array job's started elements, each with its own state and progress."""
     restarts: RestartSummary | None = None
+    """Its attempts: restarts used and allowed, and why each attempt ended."""
     failed_tasks: list[FailedTask] | None = None
     """srun's word on every task that died (failed states only)."""
     health: Health | None = None
     """The watchdog's diagnosis and silent nodes, when there is any."""
     failed_ranks: FailedRanks | None = None
+    """Who failed and why: each failed rank with its node, cause and error (failed states only)."""
     cancelled_by: str = ""
     """Who cancelled it: `you` (through `hpctrain cancel`, or sacct's `CANCELLED by` your uid), another
     user's name, or empty when it was not cancelled or nobody is known."""

@@ -49,7 +49,11 @@ def complete(root: Path) -> list[Path]:
 
 def discard(folder: Path) -> None:
     """Delete a checkpoint folder so that a kill in the middle leaves no half-deleted "complete" one:
-    renamed out of the complete names first (atomic), then removed."""
+    renamed out of the complete names first (atomic), then removed. A link (to an earlier run's
+    checkpoint, `submit --from`) is removed itself, never what it names."""
+    if folder.is_symlink():
+        folder.unlink(missing_ok=True)
+        return
     doomed = folder.with_name(folder.name + ".discarded")
     shutil.rmtree(doomed, ignore_errors=True)
     try:

@@ -31,7 +31,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from hpctrain import __version__
+from hpctrain.errors import HpctrainError
 from hpctrain.rundir import (
     PREFLIGHT_EXCLUDE,
     NodeFacts,
@@ -43,6 +43,11 @@ from hpctrain.rundir import (
 )
 from hpctrain.rundir.ports import job_ports
 from hpctrain.runtime import bootstrap, startup_times
+from hpctrain.runtime.__main__ import main as train
+from hpctrain.runtime.logs import exit_now
+from hpctrain.scheduler.slurm.facts import expand_hostlist
+from hpctrain.scheduler.slurm.nodes import partition_nodes_left
+from hpctrain.version import __version__
 
 EXIT_BAD_NODES = 3
 # Least time per all-reduce a node must lose to fail: scheduling noise on shared CPU nodes (gloo)
@@ -88,8 +93,6 @@ def gres_files(node: str) -> list[str]:
         )
     except (OSError, subprocess.TimeoutExpired):
         return []
-    from hpctrain.scheduler.slurm.facts import expand_hostlist
-
     files: list[str] = []
     for line in (proc.stdout + proc.stderr).splitlines():
         if " Name=gpu " in f" {line} " or "Name=gpu " in line:
@@ -286,6 +289,8 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
         # launch, retried on another port without spending a restart.
         run_dir = env.get("HPCTRAIN_RUN_DIR")
         if run_dir:
+            # Imported here: runtime.metrics imports torch, which the container check never loads
+            # (tests/unit/runtime/test_preflight.py: test_the_preflight_module_imports_no_torch).
             from hpctrain.runtime.metrics import write_failure
 
             write_failure(Path(run_dir), info.rank, error, info.hostname)
@@ -319,9 +324,6 @@ def run(size_mb: float, iterations: int, tolerance: float, report: Path | None) 
 
 def too_few_left(bad: list[str], env: dict[str, str]) -> str | None:
     """Why requeueing without `bad` cannot work (the job would wait forever), or None."""
-    from hpctrain.errors import HpctrainError
-    from hpctrain.scheduler.slurm.nodes import partition_nodes_left
-
     partition, job_id = env.get("SLURM_JOB_PARTITION", ""), env.get("SLURM_JOB_ID", "")
     needed = int(env.get("SLURM_JOB_NUM_NODES", "0") or 0)
     if not partition or not job_id or not needed:
@@ -451,9 +453,6 @@ def main(argv: list[str] | None = None) -> int:
     code = 0 if checked else run(args.size_mb, args.iterations, args.tolerance, report)
     if code or not args.then_train:
         return code
-    from hpctrain.runtime.__main__ import main as train
-    from hpctrain.runtime.logs import exit_now
-
     exit_now(train())
 
 

@@ -229,8 +229,9 @@ class Trainer:
         self.last_saved = restored.step
         self.position = data.Position(**restored.trainer["position"])
         self.scheduler.load_state_dict(restored.trainer["scheduler"])
-        log.info("resumed from %s at step %d", restored.path, self.step)
-        self.metrics.event("resumed", step=self.step, path=str(restored.path), **common)
+        # resolve(): a run started from another's checkpoint (submit --from) names that run's folder.
+        log.info("resumed from %s at step %d", restored.path.resolve(), self.step)
+        self.metrics.event("resumed", step=self.step, path=str(restored.path.resolve()), **common)
 
     def _started(self) -> None:
         """After the first step of this attempt: rank 0 records where its start-up went."""

@@ -8,18 +8,20 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
 from hpctrain.errors import BackendError
+from hpctrain.scheduler.base import Backend, JobInfo
 
 if TYPE_CHECKING:
     from hpctrain.rundir import RunDir
-    from hpctrain.scheduler.base import Backend, JobInfo
 
-# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values. Importing it
-# costs nothing (the backends themselves are imported only when selected).
+# The one list of backend names: `--backend` choices and $HPCTRAIN_BACKEND values.
 NAMES = ("auto", "slurm", "pyslurm", "local")
 
 
 def select_backend(name: str | None = None) -> Backend:
     """`auto` takes pyslurm when it is importable and matches the cluster, else the command line."""
+    # Each backend is imported here, once selected: a poll pays for its own backend only
+    # (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates), and
+    # pyslurm is optional.
     name = name or os.environ.get("HPCTRAIN_BACKEND") or "auto"
     if name == "local":
         from hpctrain.scheduler.local import LocalBackend

@@ -1,8 +1,10 @@
-"""The scheduler interface every backend implements, the states jobs are in, and array folding."""
+"""The scheduler interface every backend implements, and the folding of array and hetjob states.
+
+The states themselves (JobState) belong to the run record, in hpctrain.rundir.states.
+"""
 
 from __future__ import annotations
 
-import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -11,50 +13,12 @@ from typing import TYPE_CHECKING, Literal
 import msgspec
 
 from hpctrain.errors import BackendError
+from hpctrain.rundir import RunDir
+from hpctrain.rundir.states import TERMINAL, JobState
 
 if TYPE_CHECKING:
     from hpctrain import spec
-    from hpctrain.rundir import RunDir
-    from hpctrain.scheduler.render import BatchOptions
-
-
-class JobState(str, enum.Enum):
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
-    COMPLETED = "COMPLETED"
-    FAILED = "FAILED"
-    CANCELLED = "CANCELLED"
-    TIMEOUT = "TIMEOUT"
-    PREEMPTED = "PREEMPTED"
-    NODE_FAIL = "NODE_FAIL"
-    OUT_OF_MEMORY = "OUT_OF_MEMORY"
-    REQUEUED = "REQUEUED"
-    UNKNOWN = "UNKNOWN"
-    SUBMIT_FAILED = "SUBMIT_FAILED"
-    """hpctrain's own: the scheduler never took the job (a run that is recorded, never polled)."""
-
-    def __str__(self) -> str:  # printed as Slurm writes it, in tables and messages alike
-        return self.value
-
-    __format__ = str.__format__
-
-    @property
-    def terminal(self) -> bool:
-        """A state the job cannot leave (so its answer can be cached instead of asked again)."""
-        return self in TERMINAL
-
-
-TERMINAL = frozenset(
-    {
-        JobState.COMPLETED,
-        JobState.FAILED,
-        JobState.CANCELLED,
-        JobState.TIMEOUT,
-        JobState.NODE_FAIL,
-        JobState.OUT_OF_MEMORY,
-        JobState.SUBMIT_FAILED,
-    }
-)
+    from hpctrain.scheduler.render import BatchOptions, DoctorJob
 
 
 class JobInfo(msgspec.Struct):
@@ -99,22 +63,6 @@ AfterKind = Literal["afterok", "afterany", "afternotok"]
 ended however (afterany) or failed (afternotok)."""
 AFTER_KINDS: tuple[AfterKind, ...] = ("afterok", "afterany", "afternotok")
 """The values of AfterKind (`--after-kind` choices)."""
-
-
-# A job carries the id of its run in its comment, so that the run of a job whose submit was killed
-# before hpctrain learnt its job id can still find it (`hpctrain index check`).
-RUN_COMMENT = "hpctrain-run="
-
-
-def carrying_comment(run_id: str, comment: str | None) -> str:
-    """The job's --comment: the run id, then the user's own comment."""
-    return f"{RUN_COMMENT}{run_id}" + (f" {comment}" if comment else "")
-
-
-def carried_run_id(comment: str) -> str | None:
-    """The run id a job's comment carries, if any."""
-    first = comment.strip().split(" ", 1)[0]
-    return (first[len(RUN_COMMENT) :] or None) if first.startswith(RUN_COMMENT) else None
 
 
 def base_job_id(raw_id: str) -> str:
@@ -230,20 +178,39 @@ class Backend(ABC):
     name: str = "base"
     _template: str = "sbatch.sh.j2"
     """The template (in templates/) that renders this backend's scripts."""
+    runs_doctor_job: bool = True
+    """Whether `hpctrain doctor`'s preflight job (a Slurm cluster's check) can be submitted here."""
+
+    def refuse(self, resolved: spec.Resolved) -> None:  # noqa: B027 - a hook: most backends run every job
+        """Raise BackendError for a job this backend cannot run; by default it runs every job."""
 
     def prepare(
-        self, resolved: spec.Resolved, run_dir: Path, script: Path | None = None, array_offset: int = 0
+        self,
+        resolved: spec.Resolved | DoctorJob,
+        run_dir: Path,
+        script: Path | None = None,
+        array_offset: int = 0,
     ) -> BatchRequest:
         """Render the batch script for `run_dir` (to be written at `script`, by default the run's
-        job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk."""
-        # Imported here: jinja2 is paid only by the verbs that render.
-        from hpctrain.rundir import RunDir
-        from hpctrain.scheduler.render import batch_options, render
+        job.sbatch); nothing is written or asked. `array_offset`: the first trial of a sweep's chunk.
+        A DoctorJob renders `hpctrain doctor`'s preflight job (templates/doctor.sh.j2)."""
+        # Imported here, not above: render imports the spec and the templates, which a poll never
+        # needs (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates).
+        from hpctrain.scheduler.render import DoctorJob, batch_options, doctor_options, render, render_doctor
 
+        path = script or RunDir(run_dir).script
+        if isinstance(resolved, DoctorJob):
+            if not self.runs_doctor_job:
+                raise BackendError(
+                    f"the doctor's preflight job checks a Slurm cluster, not the {self.name} backend"
+                )
+            text, batch = render_doctor(resolved, run_dir), doctor_options(resolved, run_dir)
+            return BatchRequest(script=text, path=path, run_dir=run_dir, batch=batch)
+        self.refuse(resolved)
         text = render(resolved, run_dir, template=self._template, array_offset=array_offset)
         return BatchRequest(
             script=text,
-            path=script or RunDir(run_dir).script,
+            path=path,
             run_dir=run_dir,
             batch=batch_options(resolved, run_dir, array_offset),
         )

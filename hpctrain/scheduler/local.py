@@ -11,8 +11,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from hpctrain.rundir import RunDir
-from hpctrain.scheduler.base import Backend, BackendError, BatchRequest, JobInfo, JobState
+from hpctrain.rundir import RunDir, home
+from hpctrain.scheduler.base import Backend, BackendError, JobInfo, JobState
 
 if TYPE_CHECKING:
     from hpctrain import spec
@@ -20,8 +20,6 @@ if TYPE_CHECKING:
 
 
 def _jobs_dir() -> Path:
-    from hpctrain.rundir import home
-
     path = home() / "local-jobs"
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -32,17 +30,15 @@ class LocalBackend(Backend):
 
     name = "local"
     _template = "local.sh.j2"
+    runs_doctor_job = False
 
-    def prepare(
-        self, resolved: spec.Resolved, run_dir: Path, script: Path | None = None, array_offset: int = 0
-    ) -> BatchRequest:
+    def refuse(self, resolved: spec.Resolved) -> None:
         # A local job starts at once: it cannot wait for another job, so one that must is refused.
         if resolved.job.dependency:
             raise BackendError(
                 f"dependency {resolved.job.dependency}: the local backend starts jobs at once and cannot "
                 "wait for others; submit with --backend slurm"
             )
-        return super().prepare(resolved, run_dir, script, array_offset)
 
     def submit(self, script: Path, run_dir: Path, batch: BatchOptions | None = None) -> str:
         # No scheduler: the batch options have nothing to ask of.

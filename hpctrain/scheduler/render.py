@@ -11,18 +11,20 @@ from typing import Any
 
 import msgspec
 
-from hpctrain import __version__
 from hpctrain.errors import RenderError
-from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, template_files
-from hpctrain.scheduler.base import carrying_comment
-from hpctrain.spec import Container, Resolved
+from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, SLURM_PREFLIGHT_LOG, template_files
+from hpctrain.scheduler.job_comment import carrying_comment
+from hpctrain.spec import Container, Resolved, Site
 from hpctrain.spec.job import SLURM_TASK_LAUNCHERS
 from hpctrain.spec.resources import data_folder
 from hpctrain.spec.slurm_values import memory_mb, signal_name, standby_go_signal
+from hpctrain.version import __version__
 
 TEMPLATES = data_folder("templates")
 # No `%`: Slurm expands `%j`, `%x`... in --output/--error, so the logs would land somewhere else.
 SAFE_PATH = re.compile(r"^[A-Za-z0-9_./+@=:\-]+$")
+MOUNT_SEPARATORS = (":", ",")
+"""What splits a pyxis --container-mounts list or an apptainer --bind: a mounted path cannot hold them."""
 
 
 def template_dir() -> Path:
@@ -224,6 +226,18 @@ class ContainerLaunch(msgspec.Struct, frozen=True):
     exports: tuple[str, ...] = ()
 
 
+def mountable(run_dir: str | Path, container: Container) -> str:
+    """`run_dir` as the container's mount of it, refused (one line) where the mount would split it."""
+    text = str(run_dir)
+    if container.enabled and container.runtime != "oci" and any(s in text for s in MOUNT_SEPARATORS):
+        option = "--container-mounts" if container.runtime == "pyxis" else "apptainer --bind"
+        raise RenderError(
+            f"run directory {text!r} has a ':' or ',', which split a container mount ({option}); "
+            "set HPCTRAIN_HOME to a path without them"
+        )
+    return text
+
+
 def container_launch(container: Container, run_dir: str, gpus: bool) -> ContainerLaunch:
     """The container words of every rank step (docs/containers.md); the run directory is mounted at its
     own path, so the ranks and the host supervisor share it."""
@@ -233,6 +247,7 @@ def container_launch(container: Container, run_dir: str, gpus: bool) -> Containe
     python = shell_quote(container.python)
     if container.runtime == "oci":
         return ContainerLaunch("oci", srun_options=f"--container={shell_quote(image)}", python=python)
+    mountable(run_dir, container)
     mounts = [(run_dir, run_dir, False)] + [(m.source, m.target, m.readonly) for m in container.bind_mounts]
     binds = [f"{source}:{target}{':ro' if readonly else ''}" for source, target, readonly in mounts]
     if container.runtime == "pyxis":
@@ -344,10 +359,69 @@ def render(
     array_offset: int = 0,
 ) -> str:
     """The batch script for `resolved`, whose outputs go to `run_dir`."""
+    return _render_template(template, context(resolved, run_dir, python, array_offset))
+
+
+def _render_template(template: str, values: dict[str, Any]) -> str:
     import jinja2
 
     try:
         tmpl = environment(str(template_dir())).get_template(template)
     except jinja2.TemplateNotFound as err:
         raise RenderError(f"template {err.name} not found in {template_dir()}") from None
-    return tmpl.render(**context(resolved, run_dir, python, array_offset))
+    return tmpl.render(**values)
+
+
+class DoctorJob(msgspec.Struct, frozen=True):
+    """`hpctrain doctor`'s preflight job: one task on each of `nodes` (of `partition`) runs
+    hpctrain.runtime.preflight, where a node `tolerance` under the median fails."""
+
+    site: Site
+    partition: str
+    nodes: list[str]
+    gpus: int
+    """GPUs per node to ask for: what the nodes have, even where the profile claims more (the job must
+    run to check them)."""
+    tolerance: float
+    name: str = "hpctrain-doctor"
+    time: str = "5"
+
+
+def doctor_options(job: DoctorJob, run_dir: Path) -> BatchOptions:
+    """The doctor's job's batch options, as data (the template prints them, backends submit them)."""
+    options = [
+        Directive("job-name", job.name),
+        Directive("output", f"{slurm_directive_path(run_dir)}/{LOGS}/{BATCH_LOG}"),
+        Directive("partition", job.partition),
+        Directive("nodes", str(len(job.nodes))),
+        Directive("nodelist", ",".join(job.nodes)),
+        Directive("ntasks-per-node", "1"),
+        Directive("time", job.time),
+        Directive("comment", carrying_comment(run_dir.name, None)),
+    ]
+    if job.gpus:
+        options.append(Directive("gres", f"{job.site.gres_name}:{job.gpus}"))
+    return [options]
+
+
+def render_doctor(job: DoctorJob, run_dir: Path) -> str:
+    """The doctor's preflight job script (templates/doctor.sh.j2), whose outputs go to `run_dir`."""
+    site = job.site
+    env = dict(site.env)
+    if site.network.gloo_socket_ifname:
+        env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
+    folder = slurm_directive_path(run_dir)
+    return _render_template(
+        "doctor.sh.j2",
+        {
+            "version": __version__,
+            "site": site,
+            "batch": doctor_options(job, run_dir),
+            "setup": list(site.setup),
+            "env": env_items(env),
+            "python": site.python or sys.executable,
+            "run_dir": folder,
+            "step_log": f"{folder}/{LOGS}/{SLURM_PREFLIGHT_LOG}",
+            "tolerance": job.tolerance,
+        },
+    )

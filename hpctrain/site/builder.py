@@ -8,13 +8,13 @@ from typing import Any
 from hpctrain.errors import BackendError, HpctrainError
 from hpctrain.scheduler.slurm.facts import (
     ClusterFacts,
-    command,
     expedited_requeue,
     is_number,
     memory_text_mb,
     parse_gres,
     slurm_time,
 )
+from hpctrain.scheduler.slurm.probes import probe_node
 
 # The probe runs on a compute node: IB/RoCE devices, their port state and link layer, and addresses.
 PROBE = (
@@ -92,21 +92,8 @@ def choose_mpi(facts: ClusterFacts) -> str:
 
 
 def probe_network(partition: str, timeout: float = 120) -> list[str]:
-    """The PROBE's lines from one node of `partition` (a one-minute srun step)."""
-    return command(
-        [
-            "srun",
-            f"--partition={partition}",
-            "--nodes=1",
-            "--ntasks=1",
-            "--time=1",
-            "--job-name=hpctrain-init-site",
-            "sh",
-            "-c",
-            PROBE,
-        ],
-        timeout,
-    ).splitlines()
+    """The PROBE's lines from one node of `partition` (a one-minute step)."""
+    return probe_node(partition, PROBE, "hpctrain-init-site", timeout)
 
 
 def network_profile(facts: ClusterFacts, probe: list[str] | None) -> tuple[dict[str, Any], list[str]]:
@@ -176,7 +163,7 @@ def build_site(
     version = facts.config.get("SLURM_VERSION", "?")
     notes = [
         f"Slurm {version}; MaxArraySize {facts.config.get('MaxArraySize', '?')}; "
-        f"srun --mpi plugins: {', '.join(facts.mpi_plugins) or 'unknown'} "
+        f"MPI plugins of srun: {', '.join(facts.mpi_plugins) or 'unknown'} "
         f"(MpiDefault {facts.config.get('MpiDefault', '?')}).",
         (
             f"Accounts you can charge: {', '.join(facts.accounts) or 'none'}; "

@@ -11,15 +11,15 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from hpctrain.errors import HpctrainError
-from hpctrain.scheduler.slurm.facts import ClusterFacts, command
+from hpctrain.scheduler.slurm.facts import ClusterFacts
+from hpctrain.scheduler.slurm.probes import step_options_help
 from hpctrain.spec.job import CONTAINER_RUNTIMES
 
 DEFAULT_SLURM_CONF = "/etc/slurm/slurm.conf"
 
 
 def pyxis_evidence(srun_help: str) -> str | None:
-    return "srun --help offers --container-image" if "--container-image" in srun_help else None
+    return "srun's options include --container-image" if "--container-image" in srun_help else None
 
 
 def oci_evidence(slurm_conf: str) -> str | None:
@@ -37,12 +37,8 @@ def apptainer_evidence() -> str | None:
 
 def detect(facts: ClusterFacts, timeout: float = 30) -> dict[str, str]:
     """{runtime: what showed it} for every runtime found, in CONTAINER_RUNTIMES order."""
-    try:
-        srun_help = command(["srun", "--help"], timeout, merge=True)
-    except HpctrainError:
-        srun_help = ""
     found = {
-        "pyxis": pyxis_evidence(srun_help),
+        "pyxis": pyxis_evidence(step_options_help(timeout)),
         "oci": oci_evidence(facts.config.get("SLURM_CONF") or DEFAULT_SLURM_CONF),
         "apptainer": apptainer_evidence(),
     }

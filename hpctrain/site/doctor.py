@@ -1,21 +1,23 @@
 """Doctor's checks: a site profile against the live cluster, then a preflight job over its nodes.
 
 Every check gives a Finding (scope = `cluster`, a partition or a node; PASS/WARN/FAIL; detail).
-The preflight job is hpctrain.runtime.preflight run with one task per healthy node.
+The preflight job is hpctrain.runtime.preflight run with one task per healthy node: the backend renders
+it (templates/doctor.sh.j2) and launch.submission submits and records it, as it does a run.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
 
-from hpctrain import __version__
-from hpctrain.rundir import SLURM_PREFLIGHT_LOG, PreflightReport, RunDir, Unreadable
-from hpctrain.scheduler.render import shell_quote
-from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.launch.submission import submit_doctor_job
+from hpctrain.rundir import PreflightReport, RunDir, Unreadable
+from hpctrain.runs.index import Index, Run
+from hpctrain.runs.poll import ended, refresh
+from hpctrain.scheduler import select_backend
+from hpctrain.scheduler.base import Backend
+from hpctrain.scheduler.render import DoctorJob
 from hpctrain.scheduler.slurm.facts import (
     TESTED_SLURM,
     ClusterFacts,
@@ -30,6 +32,7 @@ from hpctrain.scheduler.slurm.facts import (
 from hpctrain.spec import Site
 from hpctrain.spec.job import CONTAINER_RUNTIMES
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
+from hpctrain.version import __version__
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
 
@@ -180,74 +183,52 @@ def accounting_findings(facts: ClusterFacts) -> list[Finding]:
     return found
 
 
-def preflight_script(
-    site: Site, partition: str, nodes: list[str], gpus: int, folder: Path, tolerance: float
-) -> str:
-    lines = [
-        "#!/bin/bash",
-        "#SBATCH --job-name=hpctrain-doctor",
-        f"#SBATCH --output={RunDir(folder).batch_log}",
-        f"#SBATCH --partition={partition}",
-        f"#SBATCH --nodes={len(nodes)}",
-        f"#SBATCH --nodelist={','.join(nodes)}",
-        "#SBATCH --ntasks-per-node=1",
-        "#SBATCH --time=5",
-    ]
-    if gpus:
-        # What the nodes have, even when the profile claims more: the job must run to check them.
-        lines.append(f"#SBATCH --gres={site.gres_name}:{gpus}")
-    env = dict(site.env)
-    if site.network.gloo_socket_ifname:
-        env["GLOO_SOCKET_IFNAME"] = site.network.gloo_socket_ifname
-    lines += ["set -euo pipefail", *site.setup]
-    lines += [f"export {key}={shell_quote(value)}" for key, value in env.items()]
-    python = shell_quote(site.python or sys.executable)
-    lines += [
-        'MASTER_ADDR=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)',
-        "export MASTER_ADDR",
-        # The batch script's port rule (hpctrain.rundir.ports), read on this node.
-        "read -r MASTER_PORT HPCTRAIN_PREFLIGHT_PORT "
-        f'< <({python} -m hpctrain.rundir.ports "$SLURM_JOB_ID" 0)',
-        "export MASTER_PORT HPCTRAIN_PREFLIGHT_PORT",
-        f"export HPCTRAIN_RUN_DIR={shell_quote(folder)}",
-        f"srun --output={shell_quote(str(RunDir(folder).logs / SLURM_PREFLIGHT_LOG))} "
-        f"{python} -m hpctrain.runtime.preflight --tolerance {tolerance}",
-    ]
-    return "\n".join(lines) + "\n"
-
-
 def run_preflight(
     site: Site,
     facts: ClusterFacts,
     partition: str,
     nodes: list[str],
-    folder: Path,
     tolerance: float,
     timeout: float,
+    backend: Backend | None = None,
+    index: Index | None = None,
 ) -> PreflightReport | str:
-    """Submit the preflight job and wait for it: its preflight.json, or why there is none (one line)."""
+    """Submit the preflight job (the site's backend: pyslurm where it has it) and wait for it: its
+    preflight.json, or why there is none (one line)."""
     if not nodes:
         return "no node to run the preflight job on"
-    run = RunDir(folder)
-    run.logs.mkdir(parents=True, exist_ok=True)
-    script = run.script
     part_gpus = site.partitions[partition].gpus_per_node
     gpus = min([part_gpus, *(parse_gres(facts.nodes[n].get("Gres", ""), site.gres_name)[0] for n in nodes)])
-    script.write_text(preflight_script(site, partition, nodes, gpus, folder, tolerance))
-    backend = SlurmCliBackend()
-    job_id = backend.submit(script, folder)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if backend.poll([job_id])[job_id].state.terminal:
-            break
-        time.sleep(1)
-    else:
+    backend = backend or select_backend()
+    index = index or Index()
+    done = submit_doctor_job(DoctorJob(site, partition, nodes, gpus, tolerance), backend, index)
+    run = RunDir(done.run.run_dir)
+    if done.error is not None or done.run.job_id is None:
+        return f"the preflight job was not submitted: {done.error}"
+    job_id = done.run.job_id
+    if not waited(done.run, index, timeout):
         backend.cancel([job_id])
         return f"preflight job {job_id} did not finish within {timeout:.0f} s"
     report = run.read_preflight()
     if report is None:
         return f"preflight job {job_id} ended without a report (its log: {run.batch_log})"
     return str(report) if isinstance(report, Unreadable) else report
+
+
+def waited(run: Run, index: Index, timeout: float, longest_delay: float = 2.0) -> bool:
+    """Poll the run through its backend (states recorded in the index) until it ends: False when
+    `timeout` seconds pass first. The delay between polls grows from 0.25 s to `longest_delay`."""
+    deadline = time.monotonic() + timeout
+    delay = 0.25
+    while True:
+        refresh(index, [run])
+        if ended(run):
+            return True
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(delay, left))
+        delay = min(longest_delay, delay * 2)
 
 
 def preflight_findings(site: Site, report: PreflightReport | str, nodes: list[str]) -> list[Finding]:
@@ -330,9 +311,3 @@ def preflight_findings(site: Site, report: PreflightReport | str, nodes: list[st
 def healthy_nodes(findings: list[Finding], nodes: list[str]) -> list[str]:
     broken = {f.scope for f in findings if f.check == "state" and f.status == "FAIL"}
     return [n for n in nodes if n not in broken]
-
-
-def doctor_home() -> Path:
-    from hpctrain.rundir import home
-
-    return home() / "doctor" / time.strftime("%Y%m%d-%H%M%S") / str(os.getpid())

@@ -7,6 +7,8 @@ from typing import Any
 import msgspec
 
 from hpctrain.errors import SpecError
+from hpctrain.spec import messages
+from hpctrain.spec import yaml_reader as spec_yaml
 from hpctrain.spec.base import Base
 from hpctrain.spec.job import (
     SHORTHANDS,
@@ -19,7 +21,7 @@ from hpctrain.spec.job import (
 )
 from hpctrain.spec.layout import LayoutError
 from hpctrain.spec.site import Partition, Site
-from hpctrain.spec.slurm_values import memory_mb, time_minutes
+from hpctrain.spec.slurm_values import RECORDED, memory_mb, time_minutes
 
 # ----------------------------------------------------------------------------------------------
 # Loading, overrides, cross-checks
@@ -42,8 +44,6 @@ class Resolved(Base):
 
 
 def _read_yaml(path: Path) -> Any:
-    from hpctrain.spec import yaml_reader as spec_yaml
-
     return spec_yaml.load(spec_yaml.read_text(path), str(path))
 
 
@@ -56,8 +56,6 @@ def _override_path(key: str, item: str) -> list[str]:
 
 def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> dict[str, Any]:
     """Apply `dotted.key=value` overrides (values parsed as YAML scalars) to raw spec data."""
-    from hpctrain.spec import yaml_reader as spec_yaml
-
     for item in overrides:
         key, sep, raw = item.partition("=")
         if not sep or not key:
@@ -87,8 +85,6 @@ def apply_overrides(data: dict[str, Any], overrides: list[str], origin: str) -> 
 
 def _override_value(raw: str, key: str, literal: bool) -> Any:
     """A --set value as YAML reads it; env values keep their text (`--set env.X=0755` is "0755")."""
-    from hpctrain.spec import yaml_reader as spec_yaml
-
     if literal and not raw:
         return ""
     try:
@@ -101,14 +97,10 @@ def _override_value(raw: str, key: str, literal: bool) -> Any:
 
 def decode(kind: type[msgspec.Struct], data: Any, origin: str) -> Any:
     """`data` as a `kind` struct; every problem is a one-line SpecError naming the file and the field."""
-    from hpctrain.spec import yaml_reader as spec_yaml
-
     spec_yaml.check_values(data, (), origin)
     try:
         return msgspec.convert(data, kind, strict=False)
     except msgspec.ValidationError as err:
-        from hpctrain.spec import messages  # difflib and the error walk: only for bad input
-
         path, problem = messages.describe(kind, data, str(err))
         where = f" {path}:" if path else ""
         raise SpecError(f"{origin}:{where} {problem}") from None
@@ -301,8 +293,6 @@ def dumps(resolved: Resolved) -> bytes:
 
 def loads(data: bytes | str) -> Resolved:
     """A recorded spec.json, as written by this version or an earlier one."""
-    from hpctrain.spec.slurm_values import RECORDED
-
     token = RECORDED.set(True)
     try:
         return msgspec.json.decode(data, type=Resolved)

@@ -25,7 +25,6 @@ import argparse
 import os
 import signal
 import socket
-import subprocess
 import sys
 import time
 from collections.abc import Iterable
@@ -35,10 +34,11 @@ from pathlib import Path
 
 import msgspec
 
+from hpctrain import spec
 from hpctrain.rundir import FailureReport, HangReport, Heartbeat, Result, RunDir, slots, write_json
 from hpctrain.rundir.attempts import History, where_in_training
 from hpctrain.scheduler.slurm.nodes import answers as node_answers
-from hpctrain.scheduler.slurm.nodes import kill_steps, node_records
+from hpctrain.scheduler.slurm.nodes import kill_steps, node_records, run_on_node
 from hpctrain.spec.job import Watchdog
 from hpctrain.supervisor import hang_rule, stacks, supervise
 from hpctrain.supervisor.components import Components
@@ -160,15 +160,8 @@ def running(pid: int) -> bool:
     return state not in (b"Z", b"X")
 
 
-def _srun_on(ctx: Context, node: str, command: list[str], timeout: float) -> bool:
-    srun = ["srun", "--overlap", f"--jobid={ctx.job_id}", "-w", node, "-N1", "-n1", "--quiet"]
-    if node in ctx.het_groups:
-        srun.append(f"--het-group={ctx.het_groups[node]}")
-    try:
-        proc = subprocess.run(srun + command, capture_output=True, text=True, timeout=timeout, check=False)
-    except (subprocess.TimeoutExpired, OSError):
-        return False
-    return proc.returncode == 0
+def _run_on(ctx: Context, node: str, argv: list[str], timeout: float) -> bool:
+    return run_on_node(ctx.job_id, node, argv, timeout, ctx.het_groups.get(node))
 
 
 def _collect(ctx: Context, node: str, stopped: frozenset[int]) -> None:
@@ -176,7 +169,7 @@ def _collect(ctx: Context, node: str, stopped: frozenset[int]) -> None:
     if node != ctx.node and ctx.job_id:
         command = [sys.executable, "-m", "hpctrain.supervisor.watchdog", "--collect-node", node]
         command += ["--stopped", ",".join(map(str, sorted(stopped)))] if stopped else []
-        if _srun_on(ctx, node, command, SRUN_TIMEOUT_S):
+        if _run_on(ctx, node, command, SRUN_TIMEOUT_S):
             return
         if not slots.slot_path(ctx.run.root, ctx.job_id, ctx.attempt, node).exists():
             say(f"no stacks from {node}: it did not answer within {SRUN_TIMEOUT_S:.0f} s")
@@ -273,7 +266,7 @@ def end_rank(ctx: Context, seen: Seen) -> None:
     if seen.node != ctx.node and ctx.job_id:
         script = 'tr "\\0" "\\n" </proc/"$1"/environ | grep -qx "SLURMD_NODENAME=$2" && kill -KILL "$1"'
         command = ["sh", "-c", script, "sh", str(seen.pid), seen.node]
-        if _srun_on(ctx, seen.node, command, PROBE_TIMEOUT_S):
+        if _run_on(ctx, seen.node, command, PROBE_TIMEOUT_S):
             return
     if _this_runs_rank(seen.pid, seen.node, ctx.run):
         try:
@@ -455,8 +448,6 @@ def guard_step(ctx: Context, step_pid: int, poll_s: float) -> int:
 
 
 def context_from_env() -> Context:
-    from hpctrain import spec
-
     value = os.environ.get("HPCTRAIN_RUN_DIR")
     if not value:
         raise SystemExit("hpctrain.supervisor.watchdog: HPCTRAIN_RUN_DIR is not set")

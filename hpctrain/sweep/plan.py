@@ -81,6 +81,7 @@ def prepare(
             raise SpecError(f"sweep.grid.{key}: a sweep's own settings cannot be swept")
     _check_early_stop(chosen, job, str(job_path))
     check_size(trial_count(chosen), chosen.max_trials, limits)
+    check_round_size(chosen, limits)
     base = msgspec.to_builtins(job)
     # A trial's watcher reads early_stop from its own spec; with optuna the study prunes instead.
     trial_sweep = chosen if chosen.sampler != "optuna" else msgspec.structs.replace(chosen, early_stop=None)
@@ -193,6 +194,19 @@ def check_size(count: int, max_trials: int, limits: Limits | None = None) -> Non
         raise SpecError(
             f"sweep: {count} trials would exceed this user's MaxSubmitJobs={limits.max_submit_jobs} "
             f"({limits.queued} jobs already queued); sweep fewer (--random N) or wait"
+        )
+
+
+def check_round_size(chosen: spec.Sweep, limits: Limits | None) -> None:
+    """Refuse an optuna round that one array cannot hold (above the cluster's MaxArraySize), before
+    any trial folder is written: sbatch would refuse it only after the whole round was written."""
+    if chosen.sampler != "optuna" or limits is None:
+        return
+    size = min(chosen.round_size, chosen.budget or 0)
+    if size > limits.max_array_size:
+        raise SpecError(
+            f"sweep.round_size: a round of {size} trials is one job array, above this cluster's "
+            f"MaxArraySize={limits.max_array_size}; give --round-size {limits.max_array_size} or fewer"
         )
 
 

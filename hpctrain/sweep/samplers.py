@@ -47,6 +47,18 @@ def check_range(where: str, dimension: Range) -> None:
         raise SpecError(f"{where}: a range is either log or stepped, not both")
     if dimension.step is not None and dimension.step <= 0:
         raise SpecError(f"{where}: step must be above 0, not {dimension.step}")
+    span = dimension.high - dimension.low
+    if (
+        dimension.step is not None
+        and span > 0
+        and dimension.step > span
+        and not math.isclose(dimension.step, span)
+    ):
+        # Only low itself would be on a step: the range would silently shrink to one value.
+        raise SpecError(
+            f"{where}: step {dimension.step} is wider than the range [{dimension.low}, {dimension.high}]; "
+            f"give a step of at most {span}"
+        )
 
 
 def is_integer(dimension: Range) -> bool:

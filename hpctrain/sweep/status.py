@@ -88,6 +88,10 @@ def poll(records: list[SweepRecord], finished: list[dict[int, TrialStatus]]) -> 
 def trial_status(root: Path, record: SweepRecord, index: int, polled: Polled | None) -> TrialStatus:
     """A trial's state and metric: its result if it has one, else the tail of its metrics."""
     chunk = record.chunk_of(index)
+    if chunk.job_id is None:  # written, then refused by the scheduler: the round loop never queued it
+        reason = f"its array was never queued; `hpctrain sweep resume {record.sweep_id}` sends it"
+        params = record.trials[index].params
+        return TrialStatus(index=index, params=params, state=NOT_QUEUED, reason=reason, job_id="-")
     polled = polled or Polled(JobState.UNKNOWN.value)
     status = TrialStatus(
         index=index,
@@ -131,6 +135,7 @@ class Finished(msgspec.Struct):
 
 
 STOPPED = "STOPPED"  # ended by early stopping (sweep_prune), with its reason
+NOT_QUEUED = "NOT_QUEUED"  # written, its array refused by the scheduler; `sweep resume` sends it
 FINAL = frozenset(
     {STOPPED} | {s.value for s in TERMINAL if s is not JobState.NODE_FAIL}
 )  # NODE_FAIL requeues

@@ -14,10 +14,12 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import json
 import os
 import statistics
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -26,8 +28,10 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, HpctrainError, SpecError
-from hpctrain.rundir import ArrayChunk, Stopped, SweepRecord, Trial
+from hpctrain.launch.submission import snapshot_code, submit_more, submit_run
+from hpctrain.rundir import ArrayChunk, Run, Stopped, SweepRecord, Trial
 from hpctrain.rundir import names as file_names
+from hpctrain.rundir.states import JobState
 from hpctrain.spec.sweep import Range
 from hpctrain.sweep import plan
 from hpctrain.sweep.samplers import is_integer
@@ -42,6 +46,8 @@ if TYPE_CHECKING:
 
 POLL_S = 3.0
 """Seconds between two polls of a round's array while the loop waits for it."""
+TAIL_CHUNK = 64 << 10
+"""Bytes read at a time, backwards, to find the journal's last line."""
 STUDY_NAME = "sweep"
 CANCELLED = "cancelled"
 """The user attribute of a study trial whose job was cancelled: it is asked again, not counted."""
@@ -129,6 +135,15 @@ def journal(path: Path) -> Any:
         )
 
     class Journal(JournalFileBackend):
+        def read_logs(self, log_number_from: int) -> Iterator[dict[str, Any]]:
+            try:
+                yield from super().read_logs(log_number_from)
+            except ValueError as error:  # a line that is no record (JSONDecodeError among them)
+                raise HpctrainError(
+                    f"{path}: a line of the sweep's study journal is not a record ({error}); "
+                    "it was changed by hand or damaged: restore it from a backup"
+                ) from None
+
         def append_logs(self, logs: list[dict[str, Any]]) -> None:
             # One loop writes a sweep's journal (_one_loop), so its size before the append is where
             # a record cut off by the full disk starts: a partial line would spoil every later one.
@@ -141,27 +156,66 @@ def journal(path: Path) -> Any:
                 raise stopped(error) from None
 
     try:
+        drop_torn_tail(path)
         return Journal(str(path))
     except OSError as error:  # creating the file
         raise stopped(error) from None
+
+
+def drop_torn_tail(path: Path) -> None:
+    """Cut off the journal's last line if a writer died in it (no newline, or not JSON): Optuna would
+    append the next record to it, and that line, then every read of the study, would fail. Only the
+    round loop (under its lock) or a new sweep opens the journal, so no writer is cut short."""
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return
+    with open(path, "rb") as handle:
+        start = size
+        while start > 0:  # back to the newline before the last line (records are short)
+            chunk_start = max(0, start - TAIL_CHUNK)
+            handle.seek(chunk_start)
+            chunk = handle.read(start - chunk_start)
+            newline = chunk.rfind(b"\n", 0, len(chunk) - (1 if start == size else 0))
+            if newline >= 0:
+                start = chunk_start + newline + 1
+                break
+            start = chunk_start
+        handle.seek(start)
+        last = handle.read()
+    if not last:
+        return
+    try:
+        whole = last.endswith(b"\n") and isinstance(json.loads(last), dict)
+    except ValueError:
+        whole = False
+    if not whole:
+        os.truncate(path, start)
 
 
 def distributions(chosen: spec.Sweep) -> dict[str, Any]:
     """The search space as Optuna's distributions: a list is categorical, a Range an int or a float."""
     optuna = require_optuna()
     space: dict[str, Any] = {}
-    for key, dimension in chosen.grid.items():
-        if isinstance(dimension, list):
-            space[key] = optuna.distributions.CategoricalDistribution(dimension)
-        elif is_integer(dimension):
-            space[key] = optuna.distributions.IntDistribution(
-                int(dimension.low), int(dimension.high), log=dimension.log, step=int(dimension.step or 1)
-            )
-        else:
-            space[key] = optuna.distributions.FloatDistribution(
-                float(dimension.low), float(dimension.high), log=dimension.log, step=dimension.step
-            )
+    with warnings.catch_warnings():
+        # A range that is no whole number of steps long keeps low + k*step <= high (docs/sweeps.md),
+        # as Optuna does too: its warning that it trims high says nothing the spec does not.
+        warnings.filterwarnings("ignore", message=".*not divisible by", category=UserWarning)
+        for key, dimension in chosen.grid.items():
+            space[key] = _distribution(optuna, dimension)
     return space
+
+
+def _distribution(optuna: Any, dimension: Any) -> Any:
+    if isinstance(dimension, list):
+        return optuna.distributions.CategoricalDistribution(dimension)
+    if is_integer(dimension):
+        return optuna.distributions.IntDistribution(
+            int(dimension.low), int(dimension.high), log=dimension.log, step=int(dimension.step or 1)
+        )
+    return optuna.distributions.FloatDistribution(
+        float(dimension.low), float(dimension.high), log=dimension.log, step=dimension.step
+    )
 
 
 def representative(chosen: spec.Sweep) -> dict[str, Any]:
@@ -183,7 +237,6 @@ def start(
 ) -> SweepRecord:
     """A new optuna sweep: its run directory and study (launch.submission's one submit path, which
     submits the first round), then its rounds until the budget is spent."""
-    from hpctrain.launch.submission import snapshot_code, submit_run
     from hpctrain.runs.index import Index
 
     index = index or Index()
@@ -259,7 +312,11 @@ def drive(
     sweep's arrays per POLL_S) reporting eval lines to the pruner, tell the results, ask more.
     Returns when the budget is spent, or when a trial was cancelled from outside (the sweep was
     cancelled: `hpctrain sweep resume` carries on)."""
-    with _one_loop(root):
+    from hpctrain.rundir.io import private_files
+
+    # Every later round's folders, specs and swept env, the lock and the journal: as private as the
+    # first round, which the submit path wrote (docs/security.md).
+    with private_files(prepared.site.share_with_group), _one_loop(root):
         return _drive_locked(root, prepared, backend, index, progress)
 
 
@@ -283,12 +340,18 @@ def _drive_locked(
     chosen = prepared.chosen
     study = open_study(root, chosen)
     record = _load_record(root)
+    largest = backend.limits().max_array_size
+    _send_unsent(Rounds(study, prepared, rundir.RunDir(root), backend, index), record, largest, progress)
     # Trials that ended while no loop ran (a cancelled sweep's among them) are told first: their
     # cancellation was what stopped the last loop, not a reason to stop this one.
     submitted = [t for t in _in_flight(study) if t.number < len(record.trials)]
     _wait_round(root, record, study, chosen, backend, submitted, progress, once=True)
     try:
-        return _rounds(root, prepared, study, backend, index, progress)
+        return _rounds(root, prepared, study, backend, index, progress, largest)
+    except BackendError as error:  # a round's array refused: its trials are written and the study's
+        raise BackendError(
+            f"{error}; the round's trials are kept: carry on with {resume_command(record)}"
+        ) from None
     except KeyboardInterrupt:
         _say(progress, f"Stopped waiting; the trials in flight go on. Carry on: {resume_command(record)}")
         raise
@@ -301,7 +364,10 @@ def _rounds(
     backend: Backend,
     index: Index,
     progress: Progress | None,
+    largest: int,
 ) -> SweepRecord:
+    """Rounds until the budget is spent, each at most `largest` trials (MaxArraySize: a sweep planned
+    for a cluster that allowed more carries on in smaller rounds)."""
     chosen = prepared.chosen
     rounds = Rounds(study, prepared, rundir.RunDir(root), backend, index)
     budget = chosen.budget or 0
@@ -321,7 +387,7 @@ def _rounds(
         done = counted(study)
         if done >= budget:
             break
-        _schedule_round(rounds, record, _ask_round(rounds, record, budget - done))
+        _schedule_round(rounds, record, _ask_round(rounds, record, min(budget - done, largest)))
         _say(progress, _round_line(record))
     _say(progress, _best_line(study, record, chosen))
     return record
@@ -374,30 +440,46 @@ def _write_round(rounds: Rounds, record: SweepRecord, asked: list[Any]) -> Round
 
 
 def _schedule_round(rounds: Rounds, record: SweepRecord, written: Round) -> None:
-    """A later round's array: submitted with the signals held, recorded in sweep.json and in the index
-    (as the sweep's `+OFFSET` entry, as a grid sweep's later arrays are)."""
-    from hpctrain.launch.submission import held_signals
-    from hpctrain.rundir.io import private_files
-    from hpctrain.runs.index import Run
-    from hpctrain.scheduler.base import JobState
+    """A later round's array, through the one submit path: recorded in the index (as the sweep's
+    `+OFFSET` entry, as a grid sweep's later arrays are) before it is sent, its job id after."""
+    now = time.time()
+    entry = Run(
+        run_id=f"{record.sweep_id}+{written.chunk.offset}",
+        job_id=None,
+        name=record.name,
+        site=record.site,
+        backend=rounds.backend.name,
+        run_dir=rounds.run.root,
+        submitted_at=now,
+        state=JobState.PENDING,
+        state_at=now,
+    )
+    group = written.resolved[0].site.share_with_group
+    submit_more(rounds.index, entry, group, lambda: _send(rounds, record, written).job_id or "")
 
-    chunk = written.chunk
-    with private_files(written.resolved[0].site.share_with_group), held_signals():
-        _send(rounds, record, written)
-        now = time.time()
-        rounds.index.add(
-            Run(
-                run_id=f"{record.sweep_id}+{chunk.offset}",
-                job_id=chunk.job_id,
-                name=record.name,
-                site=record.site,
-                backend=rounds.backend.name,
-                run_dir=rounds.run.root,
-                submitted_at=now,
-                state=JobState.PENDING,
-                state_at=now,
-            )
-        )
+
+def _send_unsent(rounds: Rounds, record: SweepRecord, largest: int, progress: Progress | None) -> None:
+    """A round written but never queued (sbatch refused it: above MaxArraySize, a full queue), sent
+    again from its folders as arrays of at most `largest` trials; the trials are the study's already."""
+    unsent = [chunk for chunk in record.arrays if chunk.job_id is None]
+    if not unsent:
+        return
+    sent = record.arrays[: len(record.arrays) - len(unsent)]
+    if any(chunk.job_id is None for chunk in sent):
+        raise HpctrainError(f"{rounds.run.sweep}: an array in the middle of the sweep was never queued")
+    record.arrays = sent
+    for chunk in unsent:
+        pieces = plan.plan_chunks([chunk.count], largest, chunk.throttle)
+        base = len(record.arrays)  # a piece's `after` is its lane's previous piece, by position
+        for piece in pieces:
+            piece.offset += chunk.offset
+            piece.after = None if piece.after is None else base + piece.after
+        record.arrays += pieces
+        for piece in pieces:
+            trials = record.trials[piece.offset : piece.offset + piece.count]
+            resolved = [spec.loads(rounds.run.element(t.index).spec.read_bytes()) for t in trials]
+            _schedule_round(rounds, record, Round(trials, resolved, piece))
+            _say(progress, _round_line(record, piece))
 
 
 def _send(rounds: Rounds, record: SweepRecord, written: Round) -> ArrayChunk:
@@ -532,8 +614,8 @@ def _env(chosen: spec.Sweep) -> list[str]:
     return plan.swept_env(chosen)
 
 
-def _round_line(record: SweepRecord) -> str:
-    chunk = record.arrays[-1]
+def _round_line(record: SweepRecord, chunk: ArrayChunk | None = None) -> str:
+    chunk = chunk or record.arrays[-1]
     return f"  round: trials {chunk.offset}-{chunk.offset + chunk.count - 1} as job {chunk.job_id}"
 
 

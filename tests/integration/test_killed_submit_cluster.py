@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from hpctrain.scheduler.base import carrying_comment
+from hpctrain.scheduler.job_comment import carrying_comment
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from tests.integration.cluster import require_cluster
 

@@ -3,6 +3,7 @@ and a job carries its run id, by which `index check` finds it."""
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-from tests.conftest import JOBS
+from tests.conftest import JOBS, run_cli
 from tests.integration.cluster import require_cluster, run_dir, submit, wait_state
 
 pytestmark = pytest.mark.cluster
@@ -54,3 +55,29 @@ def test_a_job_carries_its_run_id_and_is_found_by_it(hpctrain_home: Path) -> Non
         assert SlurmCliBackend().jobs_carrying([run_id, "20990101-000000-none-000000"]) == {run_id: job_id}
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+def test_every_writer_of_an_optuna_sweep_keeps_its_files_private(
+    hpctrain_home: Path, usual_umask: None
+) -> None:
+    """The submit, a later round (array-2/, array-3/ with their specs and swept env), the study's lock
+    and journal, `hpctrain report` and `hpctrain sweep report`: nothing any of them wrote is open to
+    others. The CLI runs under the test's umask 022."""
+    pytest.importorskip("optuna", reason="sweep.sampler optuna needs the `sweep` extra (optuna)")
+    quick = ["--set", "train.steps=20", "--set", "train.eval_every=10", "--set", "env.SWEPT_NOTE=x"]
+    args = ["--site", "local", "--budget", "4", "--round-size", "2", *quick, "--json"]
+    swept = ["--grid", "env.SWEPT_NOTE=a,b"]  # a swept env value: each trial gets a trial-env.sh
+    proc = run_cli("sweep", str(JOBS / "digits-optuna.yaml"), *args, *swept, timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    submitted = json.loads(proc.stdout)
+    root = Path(submitted["run_dir"])
+    for verb in (["report"], ["sweep", "report"]):
+        report = run_cli(*verb, submitted["sweep_id"], timeout=300)
+        assert report.returncode == 0, report.stderr
+    paths = [root, *root.rglob("*")]
+    names = {str(p.relative_to(root)) for p in paths}
+    later_round = {"array-2", "array-2/spec.json", "array-2/trial-env.sh", "array-3/spec.json"}
+    assert later_round | {"study.lock", "study.journal", "report", "report/report.md"} <= names, names
+    loose = {str(p.relative_to(root)): oct(stat.S_IMODE(p.lstat().st_mode)) for p in paths}
+    loose = {name: mode for name, mode in loose.items() if int(mode, 8) & 0o077}
+    assert loose == {}, f"readable by others: {loose}"

@@ -366,7 +366,7 @@ def test_training_longer_than_the_time_limit_takes_three_allocations(
             for line, nxt in zip(history.lines, history.lines[1:], strict=False)
             if line.outcome == "preempted"
         ]
-        # Numbers for docs/fault-tolerance.md, not a check: queue time on the shared cluster varies.
+        # Numbers for docs/benchmarks.md, not a check: queue time on the shared cluster varies.
         print(f"\nrequeue -> next attempt: {', '.join(f'{g:.0f} s' for g in gaps)}")
     finally:
         subprocess.run(["scancel", job_id], check=False)

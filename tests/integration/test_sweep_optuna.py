@@ -209,3 +209,50 @@ def test_an_optuna_sweep_out_of_disk_stops_with_one_line_and_resumes_once_there_
         assert isinstance(record, rundir.SweepRecord)
         SUBMITTED.extend(c.job_id for c in record.arrays if c.job_id)
         assert [(c.offset, c.count) for c in record.arrays] == [(0, 2), (2, 2)]
+
+
+def test_a_round_above_max_array_size_is_refused_before_anything_is_written(hpctrain_home: Path) -> None:
+    from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+
+    largest = SlurmCliBackend().limits().max_array_size
+    args = ["--site", "local", "--budget", str(largest + 1), "--round-size", str(largest + 1)]
+    proc = run_cli("sweep", JOB, *args, "--max-trials", str(largest + 1), *QUICK)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"sweep.round_size: a round of {largest + 1} trials" in proc.stderr
+    assert f"MaxArraySize={largest}; give --round-size {largest} or fewer" in proc.stderr
+    runs = hpctrain_home / "runs"
+    assert not runs.exists() or not any(runs.iterdir())
+
+
+def test_a_round_the_scheduler_refused_is_sent_by_resume(hpctrain_home: Path, tmp_path: Path) -> None:
+    """sbatch refuses the second round (as it refused one above MaxArraySize): the loop stops with one
+    line saying how to carry on, status says the round was never queued, and resume sends it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "sbatch-calls"
+    (bin_dir / "sbatch").write_text(
+        "#!/bin/sh\n"
+        f'echo x >> "{calls}"\n'
+        f'if [ "$(wc -l < "{calls}")" -eq 2 ]; then\n'
+        '  echo "sbatch: error: Batch job submission failed: Invalid job array specification" >&2; exit 1\n'
+        "fi\n"
+        'exec /usr/bin/sbatch "$@"\n'
+    )
+    (bin_dir / "sbatch").chmod(0o755)
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    args = ["--site", "local", "--budget", "4", "--round-size", "2", *QUICK]
+    proc = run_cli("sweep", JOB, *args, env=env, timeout=QUEUE_TIMEOUT)
+    assert proc.returncode == 1, proc.stderr
+    (summary,) = sweep_status()
+    sweep_id = summary["sweep_id"]
+    assert proc.stderr.strip().endswith(f"carry on with hpctrain sweep resume {sweep_id}"), proc.stderr
+    assert summary["counts"] == {"COMPLETED": 2, "NOT_QUEUED": 2}, summary["trials"]
+
+    resumed = run_cli("sweep", "resume", sweep_id, "--json", timeout=QUEUE_TIMEOUT)
+    assert resumed.returncode == 0, resumed.stderr
+    (summary,) = sweep_status(sweep_id)
+    assert summary["counts"] == {"COMPLETED": 4}, summary["trials"]
+    root = hpctrain_home / "runs" / sweep_id
+    study = load_study(root)
+    assert [t.number for t in study.get_trials(states=(optuna.trial.TrialState.COMPLETE,))] == [0, 1, 2, 3]
+    check_told_trials(root, study)

@@ -28,3 +28,18 @@ def test_a_changed_docstring_makes_the_doc_stale() -> None:
         assert GENERATOR.updated(current) != current
     finally:
         api.find_run.__doc__ = original
+
+
+def test_every_field_of_the_structures_the_api_returns_is_documented() -> None:
+    import msgspec
+
+    from hpctrain.runs.status import RunStatus
+    from hpctrain.sweep.status import SweepStatus
+
+    reference = GENERATOR.reference()
+    for struct in (RunStatus, SweepStatus):
+        heading = f"### `{struct.__name__}` (structure"
+        assert heading in reference, struct
+        section = reference.split(heading, 1)[1].split("\n### ", 1)[0]
+        for field in msgspec.structs.fields(struct):
+            assert f"- `{field.name}: " in section, (struct.__name__, field.name)

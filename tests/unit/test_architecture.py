@@ -1,8 +1,9 @@
 """The import rules of the package's architecture, read off every module's imports (ast) and checked for real.
 
 login side (cli, launch, runs, sweep, site, report) and allocation side (supervisor, runtime) never
-import each other; both may import the shared column (errors, spec, rundir, scheduler), which imports
-neither side. The supervisor and everything on the login side never import torch.
+import each other; both may import the shared column (version, errors, rundir, spec, scheduler), which
+imports neither side and is ordered: each of its packages imports only those below it. The supervisor and
+everything on the login side never import torch.
 """
 
 from __future__ import annotations
@@ -18,9 +19,12 @@ PACKAGE = Path(__file__).resolve().parents[2] / "hpctrain"
 
 LOGIN = frozenset({"api", "cli", "launch", "runs", "sweep", "site", "report"})
 ALLOCATION = frozenset({"supervisor", "runtime", "command"})
-SHARED = frozenset({"errors", "spec", "rundir", "scheduler"})
+# The shared column, lowest first: a package imports only the ones before it, at the top of a module,
+# inside a function or under TYPE_CHECKING alike (the job states live with the run record, in rundir).
+SHARED_ORDER = ("version", "errors", "rundir", "spec", "scheduler")
+SHARED = frozenset(SHARED_ORDER)
 EXAMPLES = "examples"
-TOP_LEVEL_FILES = frozenset({"__init__.py", "errors.py", "api.py"})
+TOP_LEVEL_FILES = frozenset({"__init__.py", "version.py", "errors.py", "api.py"})
 TORCH_FREE = LOGIN | {"supervisor", "command"}
 # The command wrapper reuses the runtime's torch-free pieces: the heartbeat slot writer and NCCL's settings.
 COMMAND_MAY_IMPORT = frozenset({"hpctrain.runtime.heartbeat", "hpctrain.runtime.collective_timeout"})
@@ -61,7 +65,7 @@ TOP_LEVEL = frozenset(path.stem for path in PACKAGE.iterdir() if path.suffix == 
 
 def part_of(name: str) -> str | None:
     """`hpctrain.runtime.ps.server` -> "runtime"; `hpctrain.errors` -> "errors"; None outside hpctrain and
-    for the package's face (`from hpctrain import __version__`)."""
+    for the package's face (`from hpctrain import spec`)."""
     parts = name.split(".")
     if parts[0] != "hpctrain" or len(parts) < 2 or parts[1] not in TOP_LEVEL or parts[1] == "__init__":
         return None
@@ -79,7 +83,11 @@ def awaited(name: str, target: str) -> bool:
 
 
 def allowed(importer: str, target: str) -> bool:
-    if target in SHARED or importer == target:
+    if importer == target:
+        return True
+    if importer in SHARED:
+        return target in SHARED and SHARED_ORDER.index(target) < SHARED_ORDER.index(importer)
+    if target in SHARED:
         return True
     if importer == EXAMPLES:
         return target == "runtime"
@@ -102,6 +110,15 @@ def test_the_rule_itself() -> None:
     assert not allowed("supervisor", "runtime") and not allowed("runtime", "supervisor")
     assert not allowed("sweep", "supervisor") and not allowed("runtime", "cli")
     assert not allowed("rundir", "runtime") and not allowed("spec", "cli")
+    assert allowed("scheduler", "spec") and allowed("spec", "rundir") and allowed("rundir", "errors")
+    assert (
+        not allowed("rundir", "scheduler")
+        and not allowed("rundir", "spec")
+        and not allowed("spec", "scheduler")
+    )
+    assert (
+        not allowed("errors", "rundir") and not allowed("version", "errors") and allowed("errors", "version")
+    )
     assert allowed("examples", "runtime") and not allowed("examples", "cli")
     assert imported(PACKAGE / "runtime" / "__main__.py", "hpctrain.runtime.__main__") >= {"torch"}
 
@@ -118,6 +135,31 @@ def test_login_allocation_and_shared_packages_import_only_what_the_architecture_
         and not command_reuse(name, target)
     )
     assert not broken, "\n".join(broken)
+
+
+def test_the_order_is_checked_in_functions_and_under_type_checking_too(tmp_path: Path) -> None:
+    source = tmp_path / "structs.py"
+    source.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from hpctrain.scheduler.base import JobInfo\n"
+        "def state():\n    from hpctrain.spec import slurm_values\n"
+    )
+    found = imported(source, "hpctrain.rundir.structs")
+    assert {"hpctrain.scheduler.base", "hpctrain.spec"} <= found
+    assert not allowed("rundir", part_of("hpctrain.scheduler.base") or "")
+    assert not allowed("rundir", part_of("hpctrain.spec") or "")
+
+
+def test_no_module_reads_the_version_through_the_package_face() -> None:
+    """`from hpctrain import __version__` runs the face's lazy `__getattr__` machinery first (once it
+    broke every rank); the version has its own module, hpctrain.version."""
+    through_face = sorted(
+        name
+        for name, path in modules().items()
+        if name != "hpctrain"
+        and ("hpctrain.__version__" in IMPORTS[name] or "hpctrain.__version__" in path.read_text())
+    )
+    assert not through_face, through_face
 
 
 def test_the_torch_free_packages_never_spell_a_torch_import() -> None:
@@ -156,8 +198,8 @@ def test_nothing_sits_at_the_top_of_the_package_but_its_face_errors_and_the_pack
 
 
 # The CLI's verbs format what hpctrain.api returns: they import the API, the errors and the CLI's own
-# formatting (hpctrain.cli.*), and `hpctrain.__version__`; every verb, doctor and init-site included.
-CLI_ALLOWED = frozenset({"hpctrain", "hpctrain.api", "hpctrain.errors"})
+# formatting (hpctrain.cli.*), and `hpctrain.version`; every verb, doctor and init-site included.
+CLI_ALLOWED = frozenset({"hpctrain", "hpctrain.api", "hpctrain.errors", "hpctrain.version"})
 # The views draw the contract's structs: they may import the modules that define those structs and their
 # one-line descriptions (never a poll: the verbs hand them what the API returned).
 VIEW_ALLOWED = CLI_ALLOWED | {
@@ -224,3 +266,25 @@ def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -
         "assert 'hpctrain.api' not in sys.modules, 'api imported'"
     )
     passes_in_a_fresh_interpreter(code)
+
+
+def test_polling_runs_loads_neither_the_spec_nor_the_templates(tmp_path: Path) -> None:
+    """`hpctrain status` polls every tracked run on each call: it reads the index, the run directories
+    and the scheduler, never a spec, a template or a backend the runs do not use (which is why
+    scheduler.base's `prepare`, facts' `slurm_time` and `select_backend` import them where they are
+    used)."""
+    code = (
+        "import os, sys; os.environ['HPCTRAIN_HOME'] = sys.argv[1]\n"
+        "from hpctrain.cli.main import main\n"
+        "from hpctrain.scheduler import select_backend\n"
+        "import hpctrain.runs.status, hpctrain.runs.poll, hpctrain.scheduler.slurm.nodes\n"
+        "select_backend('slurm'); main(['status'])\n"
+        "assert 'hpctrain.scheduler.local' not in sys.modules, 'the local backend was imported'\n"
+        "select_backend('local')\n"
+        "loaded = [m for m in ('hpctrain.spec', 'hpctrain.scheduler.render', 'jinja2') if m in sys.modules]\n"
+        "assert not loaded, loaded"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -18,10 +18,12 @@ from hpctrain.scheduler.base import (
     JobState,
     Limits,
     base_job_id,
-    carried_run_id,
     incomplete_arrays,
     merge_accounting,
 )
+from hpctrain.scheduler.job_comment import carried_run_id
+from hpctrain.scheduler.slurm.facts import parse_config, user_associations
+from hpctrain.scheduler.slurm.nodes import release_requeued
 from hpctrain.scheduler.slurm.parse import last_line, max_array_size, parse_sacct, parse_sbatch, parse_squeue
 
 if TYPE_CHECKING:
@@ -171,8 +173,6 @@ class SlurmCliBackend(Backend):
 
     def limits(self) -> Limits:
         """MaxArraySize from `scontrol show config`; this user's MaxSubmitJobs from accounting, if any."""
-        from hpctrain.scheduler.slurm.facts import parse_config, user_associations
-
         config = self._check(self._run(["scontrol", "show", "config"], "scontrol show config"), "scontrol")
         limits = Limits(max_array_size(parse_config(config)))
         try:
@@ -187,8 +187,6 @@ class SlurmCliBackend(Backend):
         return limits
 
     def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
-        from hpctrain.scheduler.slurm.nodes import release_requeued
-
         return [info.job_id for run, info in held if release_requeued(run, info)]
 
 

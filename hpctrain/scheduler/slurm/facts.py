@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 
 import msgspec
 
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import BackendError, HpctrainError
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.\-]*)=")
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
@@ -191,6 +191,8 @@ def slurm_time(text: str) -> str | None:
     value = text.strip()
     if value.upper() in ("UNLIMITED", "INFINITE", "NONE", ""):
         return None
+    # Imported here, not above: the spec is no part of a poll, which reads this module
+    # (test_architecture.py: test_polling_runs_loads_neither_the_spec_nor_the_templates).
     from hpctrain.spec import time_minutes
 
     try:
@@ -288,8 +290,6 @@ def accounting_problem(timeout: float = 60) -> str | None:
 
 def command(argv: list[str], timeout: float = 30, merge: bool = False) -> str:
     """Run a Slurm command; a missing binary, a timeout or a non-zero exit is one BackendError line."""
-    from hpctrain.errors import BackendError
-
     try:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
     except FileNotFoundError:

@@ -110,6 +110,21 @@ def answers(
     return probe.returncode == 0
 
 
+def run_on_node(
+    job_id: str, node: str, argv: list[str], timeout: float, het_group: int | None = None
+) -> bool:
+    """Run `argv` as an overlapping one-task step of job `job_id` on `node` (beside its busy steps);
+    whether it ran and exited 0 within `timeout` seconds."""
+    srun = ["srun", "--overlap", f"--jobid={job_id}", "-w", node, "-N1", "-n1", "--quiet"]
+    if het_group is not None:
+        srun.append(f"--het-group={het_group}")
+    try:
+        proc = subprocess.run(srun + argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except (subprocess.TimeoutExpired, OSError):
+        return False
+    return proc.returncode == 0
+
+
 def is_dead(state: str) -> bool:
     return any(word in state for word in DEAD_STATES)
 

@@ -22,14 +22,15 @@ from hpctrain.scheduler.base import (
     merge_accounting,
     merge_component,
 )
-from hpctrain.scheduler.slurm.facts import major_minor, slurm_release
+from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.scheduler.slurm.facts import expand_hostlist, major_minor, slurm_release
+from hpctrain.scheduler.slurm.nodes import HeldJob, held_release, is_dead, scontrol_release
 from hpctrain.scheduler.slurm.parse import slurm_state
 from hpctrain.spec import memory_mb, time_minutes
 
 if TYPE_CHECKING:
     from hpctrain.rundir import RunDir
     from hpctrain.scheduler.render import BatchOptions
-    from hpctrain.scheduler.slurm.nodes import HeldJob
 
 # pyslurm 23.2 introduced the object API this backend uses (JobSubmitDescription, Jobs.load,
 # Job.cancel, db.Jobs). The 17.11/18.08 releases on PyPI only have the old dict API
@@ -349,8 +350,6 @@ class PyslurmBackend(Backend):
         if sbatch_only(batch):
             # sbatch submits what pyslurm cannot express (reading the script's own #SBATCH lines);
             # polls and cancels of the job stay on pyslurm.
-            from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
             return SlurmCliBackend().submit(script, run_dir, batch)
         # Passing the path (not the text) makes pyslurm read the file itself and send it as the batch
         # script; working_directory stays unset unless --chdir says, so pyslurm uses the current
@@ -398,8 +397,6 @@ class PyslurmBackend(Backend):
     def jobs_carrying(self, run_ids: Iterable[str]) -> dict[str, str]:
         # A rare lookup (`index check` after a submit was cut short): the command line's, which reads
         # the comment from squeue and sacct.
-        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
         return SlurmCliBackend().jobs_carrying(run_ids)
 
     def cancel(self, job_ids: Iterable[str]) -> None:
@@ -413,13 +410,9 @@ class PyslurmBackend(Backend):
     def limits(self) -> Limits:
         # pyslurm's configuration and association objects differ between its releases; a sweep
         # asks once, so the command line's answer serves.
-        from hpctrain.scheduler.slurm.cli import SlurmCliBackend
-
         return SlurmCliBackend().limits()
 
     def release_held(self, held: Iterable[tuple[RunDir, JobInfo]]) -> list[str]:
-        from hpctrain.scheduler.slurm.nodes import held_release, scontrol_release
-
         released = []
         for run, info in held:
             changes = held_release(run, info, lambda job_id=info.job_id: self._held(job_id), self._dead)
@@ -446,8 +439,6 @@ class PyslurmBackend(Backend):
         return released
 
     def _held(self, job_id: str) -> HeldJob:
-        from hpctrain.scheduler.slurm.nodes import HeldJob
-
         job = self._rpc("load_job", lambda: self.pyslurm.Job.load(int(job_id)))
         return HeldJob(
             submitted_at=float(getattr(job, "submit_time", None) or 0),
@@ -457,8 +448,6 @@ class PyslurmBackend(Backend):
         )
 
     def _dead(self, nodes: list[str]) -> list[str]:
-        from hpctrain.scheduler.slurm.nodes import is_dead
-
         known = self._rpc("load_nodes", self.pyslurm.Nodes.load)
         states = {name: str(getattr(node, "state", "")) for name, node in known.items()}
         return [node for node in nodes if is_dead(states.get(node, "DOWN"))]
@@ -473,8 +462,6 @@ class PyslurmBackend(Backend):
 
 def _node_list(value: Any) -> list[str]:
     """pyslurm gives node lists as a list or as Slurm's text (`node[1-2]`), depending on its release."""
-    from hpctrain.scheduler.slurm.facts import expand_hostlist
-
     if not value:
         return []
     return list(value) if isinstance(value, list | tuple) else expand_hostlist(str(value))

@@ -277,7 +277,7 @@ def test_the_goodput_split_is_read_only_where_it_is_shown(
         return goodput.split(run, *args)
 
     monkeypatch.setattr(status_model, "split", counted)
-    for shown_without in (["700"], ["700", "--watch"], []):
+    for shown_without in (["700"], ["700", "--watch"], [], ["--json"]):
         assert status(*shown_without).code == 0 and read == [], shown_without
     for shown_with in (["700", "--json"], ["700", "--watch", "--json"]):
         assert status(*shown_with).code == 0 and read == [done.root], shown_with

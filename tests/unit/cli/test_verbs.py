@@ -203,6 +203,21 @@ def test_percent_in_the_run_directory_is_refused(tmp_path: Path) -> None:
     assert not (home / "runs").exists() or not any((home / "runs").iterdir())
 
 
+@pytest.mark.parametrize("runtime", ["pyxis", "apptainer"])
+def test_a_colon_in_the_run_directory_is_refused_for_a_container_job(tmp_path: Path, runtime: str) -> None:
+    home = tmp_path / "a:b-home"
+    site = tmp_path / "containers.yaml"
+    site.write_text(
+        (REPO / "site-configs/local.yaml").read_text() + "\ncontainer_runtimes: [pyxis, apptainer]\n"
+    )
+    container = ["--set", f"container.runtime={runtime}", "--set", "container.image=/images/train.sqsh"]
+    env = {"HPCTRAIN_HOME": str(home)}
+    proc = run_cli("submit", "jobs/digits-ddp.yaml", "--site", str(site), *container, env=env)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+    assert "':' or ','" in proc.stderr and "HPCTRAIN_HOME" in proc.stderr, proc.stderr
+    assert not (home / "runs").exists() or not any((home / "runs").iterdir())
+
+
 def test_a_bad_slurm_timeout_is_one_line_exit_2(hpctrain_home: Path, tmp_path: Path) -> None:
     bindir = _fake_tool(tmp_path, "sbatch", "echo 4243\n")
     path = f"{bindir}:/usr/bin:/bin"
@@ -271,3 +286,13 @@ def test_unknown_ids_do_not_spare_the_known_ones(hpctrain_home: Path, tmp_path: 
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1
     assert "not tracked by hpctrain: nope" in proc.stderr
     assert (bindir / "cancelled").read_text().split() == ["4245"]
+
+
+def test_the_help_summary_names_every_sweep_action() -> None:
+    from hpctrain.cli.sweep_cmd import ACTIONS
+
+    proc = run_cli("--help")
+    assert proc.returncode == 0, proc.stderr
+    # argparse wraps the summary: the verb's entry runs to the next verb's line.
+    entry = " ".join(proc.stdout.split("\n    sweep ", 1)[1].split("\n    list ", 1)[0].split())
+    assert all(action in entry for action in ACTIONS), (entry, ACTIONS)

@@ -29,6 +29,28 @@ def test_typos_are_refused_with_one_line(entrypoint: str, says: str, hpctrain_ho
     assert not (hpctrain_home / "runs").exists() or not any((hpctrain_home / "runs").iterdir())
 
 
+def test_a_module_not_found_names_the_folder_searched_and_the_setting_that_adds_one(tmp_path: Path) -> None:
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "my_model.py").write_text("def build(options):\n    return None\n")
+    args = [
+        "submit",
+        str(JOBS / "digits-ddp.yaml"),
+        "--site",
+        "local",
+        "--set",
+        "train.entrypoint=my_model:build",
+    ]
+    proc = run_cli(*args, cwd=tmp_path)
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert f"searched {tmp_path}, the folder you submit from" in proc.stderr, proc.stderr
+    assert "add that folder with env.PYTHONPATH" in proc.stderr, proc.stderr
+    # The setting it names is the fix: the check (and the job) then find the module.
+    render = ["render", *args[1:], "--set", f"env.PYTHONPATH={code}"]
+    proc = run_cli(*render, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+
+
 def test_no_check_skips_it() -> None:
     proc = run_cli(
         "render",

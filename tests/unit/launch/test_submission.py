@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import errno
 import shutil
+import time
 from pathlib import Path
 
 import pytest
 
-from hpctrain.errors import RenderError
+from hpctrain.errors import BackendError, RenderError
 from hpctrain.launch import submission
+from hpctrain.rundir import Run
+from hpctrain.rundir.states import JobState
 from hpctrain.runs.index import Index
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from tests.conftest import JOBS
@@ -117,3 +120,45 @@ def test_a_read_only_run_directory_leaves_no_orphan(
         submission.submit(JOB, "local", backend_name="slurm")
     assert_nothing_unindexed(hpctrain_home)
     assert run_dirs(hpctrain_home) == []
+
+
+def _a_later_round(home: Path) -> tuple[Index, Run]:
+    """A run that is recorded already, and the index entry of a further job of it (a sweep's round)."""
+    index = Index(home)
+    run_id, run_dir = index.new_run_dir("sweep")
+    now = time.time()
+    fields = {"name": "sweep", "site": "local", "backend": "slurm", "run_dir": run_dir, "submitted_at": now}
+    index.add(Run(run_id=run_id, job_id="7", state=JobState.RUNNING, state_at=now, **fields))
+    return index, Run(run_id=f"{run_id}+4", job_id=None, state=JobState.PENDING, state_at=now, **fields)
+
+
+def test_a_further_job_is_recorded_before_the_scheduler_is_asked_and_its_job_id_after(
+    hpctrain_home: Path,
+) -> None:
+    index, entry = _a_later_round(hpctrain_home)
+    seen: list[Run] = []
+
+    def schedule() -> str:
+        seen.extend(r for r in Index(hpctrain_home).runs() if r.run_id == entry.run_id)
+        return "8"
+
+    submission.submit_more(index, entry, None, schedule)
+    (before,) = seen
+    assert before.job_id is None and before.reason == submission.SUBMITTING
+    (after,) = (r for r in Index(hpctrain_home).runs() if r.run_id == entry.run_id)
+    assert after.job_id == "8" and after.state == JobState.PENDING and after.reason == ""
+    assert_nothing_unindexed(hpctrain_home)
+
+
+@pytest.mark.parametrize(
+    "error", [BackendError("sbatch: error: QOSMaxSubmitJobPerUserLimit"), KeyboardInterrupt()]
+)
+def test_a_further_job_the_scheduler_refuses_is_recorded_failed_with_the_reason(
+    error: BaseException, hpctrain_home: Path
+) -> None:
+    index, entry = _a_later_round(hpctrain_home)
+    with pytest.raises(type(error)):
+        submission.submit_more(index, entry, None, _raise(error))
+    (failed,) = (r for r in Index(hpctrain_home).runs() if r.run_id == entry.run_id)
+    assert failed.state == JobState.SUBMIT_FAILED and failed.job_id is None
+    assert failed.reason == submission._reason(error)

@@ -256,3 +256,27 @@ def test_the_page_and_the_terminal_say_where_the_time_went(tmp_path: Path) -> No
     assert "| goodput | 0.468 (22 s of training in 47 s) |" in page
     assert "| 0 | rank_failure | 0.0 | 5.0 | 10.0 | 7.0 | 1.0 | 5.0 |" in page
     assert "where the time went:" in outcome.stdout and "detection (fault to decision)" in outcome.stdout
+
+
+def test_a_report_is_as_private_as_its_run_directory(tmp_path: Path) -> None:
+    import stat
+
+    run = write_run(tmp_path / "run", intervals=40)
+    array = tmp_path / "array"  # an array job's root: its elements' curves are the trials figure
+    for index in range(2):
+        write_run(array / f"array-{index}", intervals=20)
+    previous = os.umask(0o022)  # the usual login umask, under which the report was world-readable
+    try:
+        for root in (run.root, array):
+            root.chmod(0o700)  # as the submit path makes every run directory
+            outcome = cli("report", str(root))
+            assert outcome.code == 0, outcome.stderr
+    finally:
+        os.umask(previous)
+    for root in (run.root, array):
+        written = [root / "report", *(root / "report").iterdir()]
+        assert {p.name for p in written} >= {"report", "report.md"} and any(
+            p.suffix == ".png" for p in written
+        )
+        loose = {str(p): oct(stat.S_IMODE(p.stat().st_mode)) for p in written if p.stat().st_mode & 0o077}
+        assert loose == {}, f"readable by others: {loose}"

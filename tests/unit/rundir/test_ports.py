@@ -14,8 +14,7 @@ from hypothesis import strategies as st
 from hpctrain import spec
 from hpctrain.rundir.ports import DEFAULT_EPHEMERAL, ephemeral_range, job_ports, main, rendezvous_ports
 from hpctrain.runtime import bootstrap
-from hpctrain.scheduler.render import render
-from hpctrain.site.doctor import preflight_script
+from hpctrain.scheduler.render import DoctorJob, render, render_doctor
 from tests.conftest import JOBS, SITES
 
 
@@ -108,7 +107,7 @@ def test_the_batch_script_sets_and_prints_the_ports_of_the_rule(job: str, tmp_pa
 
 def test_the_doctors_preflight_job_uses_the_rule(tmp_path: Path) -> None:
     site = spec.load_site(SITES / "local.yaml")
-    script = preflight_script(site, "debug", ["node1"], 0, tmp_path, 0.2)
+    script = render_doctor(DoctorJob(site, "debug", ["node1"], 0, 0.2), tmp_path)
     assert "20000" not in script
     _, ports = run_port_lines(script)
     assert ports == job_ports(OLD_RULE_EPHEMERAL_JOB)

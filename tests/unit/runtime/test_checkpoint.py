@@ -207,3 +207,22 @@ def test_rank_killed_during_a_background_save_leaves_nothing_loadable(tmp_path: 
     assert restored is not None and restored.step == 1
     checkpoints.clean_partial()
     assert not (tmp_path / "checkpoints" / "step-00000002.tmp").exists()
+
+
+def test_pruning_a_linked_checkpoint_drops_the_link_never_the_earlier_runs_folder(tmp_path: Path) -> None:
+    from hpctrain.runtime.checkpoint_folder import complete, prune
+
+    earlier = tmp_path / "earlier" / "checkpoints" / "step-00000020"
+    earlier.mkdir(parents=True)
+    (earlier / "manifest.json").write_text("{}")
+    (earlier / "__0_0.distcp").write_bytes(b"weights")
+    root = tmp_path / "new" / "checkpoints"
+    root.mkdir(parents=True)
+    (root / "step-00000020").symlink_to(earlier, target_is_directory=True)
+    for step in (30, 40):
+        (root / f"step-000000{step}").mkdir()
+        (root / f"step-000000{step}" / "manifest.json").write_text("{}")
+    prune(root, keep=2, published=root / "step-00000040")
+    assert [p.name for p in complete(root)] == ["step-00000040", "step-00000030"]
+    assert sorted(p.name for p in root.iterdir()) == ["step-00000030", "step-00000040"]
+    assert (earlier / "__0_0.distcp").read_bytes() == b"weights"

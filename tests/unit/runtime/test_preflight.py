@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -155,8 +157,8 @@ def test_fake_gpus_are_found_with_sbin_off_path(
 
 
 def test_the_container_check_names_a_version_mismatch_and_an_unmounted_run_dir(tmp_path: Path) -> None:
-    from hpctrain import __version__
     from hpctrain.runtime.preflight import container_problems
+    from hpctrain.version import __version__
 
     assert container_problems({"HPCTRAIN_VERSION": __version__, "HPCTRAIN_RUN_DIR": str(tmp_path)}) == []
     (problem,) = container_problems({"HPCTRAIN_VERSION": "0.0.1", "HPCTRAIN_RUN_DIR": str(tmp_path)})
@@ -181,3 +183,11 @@ def test_the_container_check_prints_one_line_per_node(
         assert main(["--container"]) == 1
     line = capsys.readouterr().out.strip()
     assert line.startswith("hpctrain container check: node7 (pyxis): FAIL the run directory"), line
+
+
+def test_the_preflight_module_imports_no_torch() -> None:
+    """`python -m hpctrain.runtime.preflight --container` runs on every node before any step: torch
+    (seconds to import) is loaded only by the checks that use it."""
+    code = "import sys, hpctrain.runtime.preflight; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

@@ -29,7 +29,7 @@ def facts(conf_dir: Path) -> ClusterFacts:
 
 
 def test_each_runtime_is_found_by_its_own_sign(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert containers.pyxis_evidence(PYXIS_HELP) == "srun --help offers --container-image"
+    assert containers.pyxis_evidence(PYXIS_HELP) == "srun's options include --container-image"
     assert containers.pyxis_evidence("      --container   Path to OCI container bundle") is None
     assert containers.oci_evidence(str(tmp_path / "slurm.conf")) is None
     (tmp_path / "oci.conf").write_text('RunTimeRun="runc run %n -b %b"\n')
@@ -44,10 +44,10 @@ def test_each_runtime_is_found_by_its_own_sign(tmp_path: Path, monkeypatch: pyte
 
 
 def test_init_site_lists_the_runtimes_found(tmp_path: Path) -> None:
-    found = {"pyxis": "srun --help offers --container-image", "oci": "/etc/slurm/oci.conf exists"}
+    found = {"pyxis": "srun's options include --container-image", "oci": "/etc/slurm/oci.conf exists"}
     data, notes = build_site("made", facts(tmp_path), None, found)
     assert data["container_runtimes"] == ["pyxis", "oci"]
-    assert "Container runtime pyxis: srun --help offers --container-image." in notes
+    assert "Container runtime pyxis: srun's options include --container-image." in notes
     assert decode(Site, data, "made").container_runtimes == ["pyxis", "oci"]
     data, _ = build_site("made", facts(tmp_path), None, {})
     assert "container_runtimes" not in data

@@ -434,3 +434,15 @@ def test_no_script_is_made_from_the_training_section() -> None:
         backend.prepare(sweep.array_spec(r, [], "0-1", None), Path("/RUN_DIR")).script for r in (one, other)
     ]
     assert scripts[0] == scripts[1]
+
+
+def test_an_optuna_round_above_max_array_size_is_refused_when_planned() -> None:
+    from hpctrain.errors import SpecError
+
+    job = JOBS / "digits-optuna.yaml"
+    with pytest.raises(
+        SpecError, match=r"sweep.round_size: a round of 4 trials .* MaxArraySize=3; give --round-size 3"
+    ):
+        sweep.prepare(job, "local", [], [], Limits(max_array_size=3))
+    sweep.prepare(job, "local", [], [], Limits(max_array_size=4))
+    sweep.prepare(job, "local", [], [], Limits(max_array_size=3), round_size=3)

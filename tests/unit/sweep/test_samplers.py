@@ -23,11 +23,11 @@ def ranges(draw: st.DrawFn) -> Range:
     if kind.endswith("int"):
         low = draw(st.integers(1 if kind.startswith("log") else -(10**6), 10**6))
         high = draw(st.integers(low, low + 10**6))
-        step = draw(st.integers(1, 1000)) if kind.startswith("step") else None
+        step = draw(st.integers(1, max(1, min(1000, high - low)))) if kind.startswith("step") else None
         return Range(low=low, high=high, log=kind.startswith("log"), step=step)
     low_f = draw(st.floats(1e-8 if kind.startswith("log") else -1e6, 1e6))
-    high_f = draw(st.floats(low_f, abs(low_f) * 1e3 + 1e3))
     step_f = draw(st.floats(1e-3, 1e3)) if kind.startswith("step") else None
+    high_f = draw(st.floats(low_f + (step_f or 0), abs(low_f) * 1e3 + 2e3))
     return Range(low=low_f, high=high_f, log=kind.startswith("log"), step=step_f)
 
 
@@ -115,6 +115,16 @@ def test_a_range_and_a_list_decode_from_a_job_file() -> None:
             "either log or stepped",
         ),
         (spec.Sweep(grid={"train.lr": [0.1]}, sampler="random", budget=2, random=1), "sweep.random:"),
+        (
+            spec.Sweep(
+                grid={"train.options.hidden": Range(low=16, high=256, step=512)}, sampler="random", budget=2
+            ),
+            r"sweep.grid.train.options.hidden: step 512 is wider than the range \[16, 256\]",
+        ),
+        (
+            spec.Sweep(grid={"train.lr": Range(low=0.1, high=0.2, step=0.5)}, sampler="optuna", budget=2),
+            r"sweep.grid.train.lr: step 0.5 is wider than the range \[0.1, 0.2\]",
+        ),
     ],
 )
 def test_a_space_the_sampler_cannot_draw_from_is_one_clear_error(chosen: spec.Sweep, message: str) -> None:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import msgspec
 import pytest
 
 from hpctrain import rundir, spec
-from hpctrain.errors import HpctrainError
+from hpctrain.errors import HpctrainError, SpecError
 from hpctrain.rundir import names
 from hpctrain.spec.sweep import Range
 from hpctrain.sweep import plan, study
@@ -41,6 +42,25 @@ def test_the_space_becomes_optunas_distributions() -> None:
     assert space["train.batch_size"] == optuna.distributions.CategoricalDistribution([16, 32])
 
 
+def test_a_range_not_a_whole_number_of_steps_long_keeps_its_steps_without_optunas_warning() -> None:
+    chosen = spec.Sweep(grid={"train.steps": Range(low=16, high=256, step=100)}, sampler="optuna", budget=2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        space = study.distributions(chosen)
+    assert space["train.steps"] == optuna.distributions.IntDistribution(16, 216, step=100)
+
+
+def test_a_step_wider_than_the_range_is_refused_when_the_sweep_is_planned(tmp_path: Path) -> None:
+    job = tmp_path / "wide-step.yaml"
+    text = JOB.read_text().replace("{low: 16, high: 256, log: true}", "{low: 16, high: 256, step: 512}")
+    job.write_text(text)
+    assert "step: 512" in job.read_text()
+    with pytest.raises(
+        SpecError, match=r"train.options.hidden: step 512 is wider than the range \[16, 256\]"
+    ):
+        plan.prepare(job, "local", [], [])
+
+
 def test_the_study_lives_in_the_run_directory_and_reopens_with_its_trials(tmp_path: Path) -> None:
     chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=2, seed=5)
     first = study.open_study(tmp_path, chosen)
@@ -51,6 +71,37 @@ def test_the_study_lives_in_the_run_directory_and_reopens_with_its_trials(tmp_pa
     (trial,) = again.get_trials()
     assert trial.params == asked.params and trial.value == 0.5
     assert study.counted(again) == 1
+
+
+@pytest.mark.parametrize("torn", [b'{"op_code": 4, "torn_', b'{"op_code": 4, "torn_\n'])
+def test_a_torn_last_journal_line_is_dropped_and_the_study_carries_on(tmp_path: Path, torn: bytes) -> None:
+    chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=4, seed=5)
+    first = study.open_study(tmp_path, chosen)
+    kept = first.ask(study.distributions(chosen))
+    first.tell(kept, 0.5)
+    journal = tmp_path / names.STUDY_JOURNAL
+    whole = journal.read_bytes()
+    with open(journal, "ab") as handle:  # a writer killed in the middle of a record
+        handle.write(torn)
+    again = study.open_study(tmp_path, chosen)
+    assert journal.read_bytes().startswith(whole) and b"torn_" not in journal.read_bytes()
+    added = again.ask(study.distributions(chosen))
+    again.tell(added, 0.25)
+    third = study.open_study(tmp_path, chosen)
+    assert [(t.params, t.value) for t in third.get_trials()] == [(kept.params, 0.5), (added.params, 0.25)]
+
+
+def test_a_damaged_journal_line_before_the_last_is_one_error_naming_the_journal(tmp_path: Path) -> None:
+    chosen = spec.Sweep(grid={"train.lr": Range(low=0.1, high=1.0)}, sampler="optuna", budget=4, seed=5)
+    first = study.open_study(tmp_path, chosen)
+    first.tell(first.ask(study.distributions(chosen)), 0.5)
+    journal = tmp_path / names.STUDY_JOURNAL
+    lines = journal.read_bytes().splitlines(keepends=True)
+    journal.write_bytes(b"".join([lines[0], b"not a record\n", *lines[1:]]))
+    with pytest.raises(HpctrainError) as caught:
+        study.open_study(tmp_path, chosen).get_trials()
+    assert str(caught.value).startswith(f"{journal}: a line of the sweep's study journal is not a record")
+    assert "\n" not in str(caught.value)
 
 
 def test_a_cancelled_trial_fails_is_not_counted_and_is_asked_again_first() -> None:
@@ -198,7 +249,7 @@ def test_a_second_round_loop_on_the_same_sweep_is_refused(tmp_path: Path) -> Non
     with open(tmp_path / names.STUDY_LOCK, "a") as held:
         fcntl.flock(held, fcntl.LOCK_EX)
         with pytest.raises(HpctrainError, match="its rounds already run in another"):
-            study.drive(tmp_path, None, None, None, None)  # type: ignore[arg-type]
+            study.drive(tmp_path, plan.prepare(JOB, "local", [], []), None, None, None)  # type: ignore[arg-type]
 
 
 def test_eval_lines_are_reported_once_over_several_polls(tmp_path: Path) -> None:
