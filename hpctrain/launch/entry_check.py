@@ -11,6 +11,7 @@ from __future__ import annotations
 import ast
 import importlib.machinery
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -158,14 +159,64 @@ def check_paths(resolved: Resolved, origin: str) -> None:
     python = resolved.site.python
     if python and not os.access(os.path.expanduser(python), os.X_OK):
         raise SpecError(f"{origin}: site.python: {python} is not an executable file on this host")
-    for key, value in resolved.job.train.options.items():
+    options = resolved.job.train.options if resolved.job.train is not None else {}
+    for key, value in options.items():
         if key.endswith(PATH_KEY_SUFFIXES) and isinstance(value, str) and not os.access(value, os.R_OK):
             raise SpecError(f"{origin}: train.options.{key}: {value} does not exist or is not readable")
 
 
+# Options of the Python interpreter that take a value (`python -W error train.py`): the script comes after it.
+PYTHON_VALUE_OPTIONS = frozenset({"-W", "-X", "-Q"})
+
+
+def check_command(words: list[str], workdir: Path, origin: str) -> None:
+    """Refuse (SpecError) a command whose program, or whose Python script or module, does not exist.
+    Words with a sweep's `{placeholder}` are not checked: their value comes with each trial."""
+    where = f"{origin}: command"
+    program = words[0]
+    if "{" in program:
+        return
+    if "/" in program:
+        path = workdir / os.path.expanduser(program)
+        if not os.access(path, os.X_OK) or path.is_dir():
+            raise SpecError(
+                f"{where}: {program} is not an executable file in {workdir} (--no-check skips this)"
+            )
+    elif shutil.which(program) is None:
+        raise SpecError(f"{where}: {program} is not found on PATH (--no-check skips this)")
+    if not Path(program).name.startswith("python"):
+        return
+    rest = iter(words[1:])
+    for word in rest:
+        if word in PYTHON_VALUE_OPTIONS:
+            next(rest, None)
+        elif word == "-m":
+            module = next(rest, "")
+            search = [str(workdir), *[p for p in sys.path if p]]
+            if module and "{" not in module and find_module(module, search) is None:
+                raise SpecError(
+                    f"{where}: module {module} is not found in {workdir} nor on the job's Python path "
+                    "(--no-check skips this)"
+                )
+            return
+        elif word == "-c" or word == "-":
+            return
+        elif not word.startswith("-"):
+            if "{" not in word and not (workdir / os.path.expanduser(word)).is_file():
+                raise SpecError(f"{where}: script {word} does not exist in {workdir} (--no-check skips this)")
+            return
+
+
 def check_job(resolved: Resolved, origin: str) -> None:
-    python_path = resolved.job.env.get("PYTHONPATH")
-    check_entrypoint(
-        resolved.job.train.entrypoint, origin, python_path=None if python_path is None else str(python_path)
-    )
+    job = resolved.job
+    if job.train is not None:
+        python_path = job.env.get("PYTHONPATH")
+        check_entrypoint(
+            job.train.entrypoint, origin, python_path=None if python_path is None else str(python_path)
+        )
+    else:
+        workdir = Path(job.workdir or ".")
+        if not workdir.is_dir():
+            raise SpecError(f"{origin}: workdir: {workdir} is not a folder")
+        check_command(job.command_words, workdir, origin)
     check_paths(resolved, origin)

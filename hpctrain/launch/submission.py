@@ -7,6 +7,7 @@ import contextlib
 import copy
 import shutil
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -65,7 +66,8 @@ def load_job(job: JobSource, overrides: list[str] | None = None) -> tuple[spec.J
         return spec.load_job(path, overrides), str(job)
     origin = source_name(job)
     data = msgspec.to_builtins(job) if isinstance(job, spec.JobSpec) else copy.deepcopy(dict(job))
-    return spec.decode(spec.JobSpec, spec.apply_overrides(data, overrides or [], origin), origin), origin
+    loaded = spec.decode(spec.JobSpec, spec.apply_overrides(data, overrides or [], origin), origin)
+    return spec.with_workdir(loaded, Path.cwd()), origin
 
 
 def source_name(job: JobSource) -> str:
@@ -180,6 +182,7 @@ def submit(
     def write(run: RunDir) -> BatchRequest:
         if start is not None:
             carry_on.link(run, start)
+        snapshot_code(resolved, run)
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
         return request
@@ -192,6 +195,16 @@ def submit(
         write,
         lambda r: {"": backend.schedule(r)},
     )
+
+
+def snapshot_code(resolved: spec.Resolved, run: RunDir) -> None:
+    """A command job's code snapshot (code.snapshot) into the run directory; says what it copied."""
+    if not resolved.job.snapshot:
+        return
+    from hpctrain.launch import code_snapshot
+
+    taken = code_snapshot.take(Path(resolved.job.workdir or "."), run.code)
+    print(f"hpctrain: {taken.line()}", file=sys.stderr)
 
 
 def origin(job: JobSource, site: str, overrides: list[str] | None, backend: Backend) -> SubmitInfo:

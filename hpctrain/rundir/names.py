@@ -35,6 +35,8 @@ STACKS = "stacks"  # in failures/
 ATTEMPTS = "attempts.jsonl"
 TENSORBOARD = "tensorboard"
 COMPILE_CACHE = "compile-cache"  # inductor/ and triton/ caches of every attempt (train.compile_cache)
+CODE = "code"  # the code snapshot of a command job (code.snapshot), which its ranks run
+NCCL_TRACE = "nccl-trace-rank-"  # in failures/: NCCL's flight recorder dumps, the rank number appended
 STANDBY = "standby"  # standby/GEN/ of the warm standby steps (runtime/standby.py)
 STANDBY_GO = "go"  # NAME=value lines, the attempt's (STANDBY_GO_VARIABLES), or `stop`
 STANDBY_GO_VARIABLES = ("HPCTRAIN_ATTEMPT", "MASTER_ADDR", "MASTER_PORT", "HPCTRAIN_NODES")

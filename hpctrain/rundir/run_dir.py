@@ -139,6 +139,8 @@ class RunDir:
     sweep = _File(file_names.SWEEP)
     trials_final = _File(file_names.TRIALS_FINAL)
     stopped = _File(file_names.STOPPED)
+    code = _File(file_names.CODE)
+    nccl_trace = _File(file_names.FAILURES, file_names.NCCL_TRACE)
 
     failure = _Member(file_names.FAILURES, file_names.RANK_FAILURE)
     failed_attempt = _Member(file_names.FAILURES, file_names.FAILED_ATTEMPT)  # an attempt that was retried

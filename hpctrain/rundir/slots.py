@@ -37,6 +37,7 @@ PHASES = (
     "checkpoint",
     "eval",
     "snapshot",
+    "running",  # a command's rank whose child's output or CPU time advanced (hpctrain.command)
 )
 PHASE_CODE = {name: code for code, name in enumerate(PHASES)}
 UNKNOWN_PHASE = "unknown"

@@ -46,7 +46,7 @@ def nccl_env(run: RunDir, timeout_s: int, flight_recorder_names: bool = True) ->
         # The flight recorder: the last collectives of each rank, dumped when one times out.
         buffer: str(NCCL_TRACE_ENTRIES),
         "TORCH_NCCL_DUMP_ON_TIMEOUT": "1",
-        dump_file: str(run.failures / "nccl-trace-rank-"),
+        dump_file: str(run.nccl_trace),
         # NCCL's own monitor thread kills a process whose watchdog thread is stuck: after ours.
         "TORCH_NCCL_HEARTBEAT_TIMEOUT_SEC": str(timeout_s + int(ENDING_MARGIN_S)),
     }

@@ -82,7 +82,8 @@ class Where:
 class RankHeartbeat:
     """This rank's slot, its alive ticker and (while it holds the lease) its node's writer."""
 
-    def __init__(self, where: Where) -> None:
+    def __init__(self, where: Where, shown_pid: int | None = None) -> None:
+        """`shown_pid`: the process the slot names for stacks, when not this one (a command's child)."""
         self.where = where
         self.path = slot_path(where.run_dir, where.job_id, where.attempt, where.node)
         self._fd, self._map = open_slot_file(self.path)
@@ -100,7 +101,7 @@ class RankHeartbeat:
         # at time 0 (the watchdog named such a starting rank hung, silent since 1970).
         self.mark("startup")
         put(self._map, self._offset + ALIVE_AT, ALIVE, time.time())
-        put(self._map, self._offset, IDENT, MAGIC, where.rank, self._pid)
+        put(self._map, self._offset, IDENT, MAGIC, where.rank, shown_pid or self._pid)
         self.tick(time.time())
 
     def mark(self, phase: str, step: int | None = None) -> None:
@@ -121,8 +122,11 @@ class RankHeartbeat:
             self._step_s,
         )
 
-    def tick(self, now: float) -> None:
-        put(self._map, self._offset + ALIVE_AT, ALIVE, now)
+    def tick(self, now: float, alive: bool = True) -> None:
+        """Mark the rank alive now (unless `alive` is false: a command's stopped child), and write the
+        node's file when this process holds the lease and its interval has passed."""
+        if alive:
+            put(self._map, self._offset + ALIVE_AT, ALIVE, now)
         magic, _version, writer, lease = HEADER.unpack_from(self._map, 0)
         if writer != self._pid and magic == MAGIC and now - lease < LEASE_S:
             return

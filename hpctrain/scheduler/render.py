@@ -318,6 +318,10 @@ def context(
     preflight = job.preflight
     if preflight is None:
         preflight = job.resources.nodes > 1 and job.resources.gpus_per_node > 0
+    # What each rank runs: the runtime (a Task), or the wrapper of the user's command (no preflight:
+    # preflight hands over to the runtime in the same process).
+    command = job.command is not None
+    preflight = preflight and not command
     return {
         "version": __version__,
         "job": job,
@@ -342,13 +346,15 @@ def context(
         "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "files": template_files(),
         "preflight": preflight and not heterogeneous,
+        "rank_module": "hpctrain.command" if command else "hpctrain.runtime",
         # Parameter-server steps too: the watchdog gives up on a lost worker alone (supervisor/components.py).
         "watchdog": job.watchdog.enabled,
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
         "standby": job.restart.warm_standby
         and job.restart.max > 0
         and job.launcher in SLURM_TASK_LAUNCHERS
-        and ps is None,
+        and ps is None
+        and not command,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
         "expedited_requeue": expedited(resolved),
         "container": container_launch(

@@ -15,13 +15,16 @@ from hpctrain.spec.base import Base
 from hpctrain.spec.docs import FieldDoc, field_docs
 from hpctrain.spec.job import (
     SHORTHANDS,
+    Code,
     Container,
     JobSpec,
     Parallel,
     ParameterServer,
     Preemption,
+    Progress,
     Resources,
     Restart,
+    Resume,
     Train,
     Watchdog,
 )
@@ -34,6 +37,7 @@ from hpctrain.spec.resolve import (
     load_site,
     loads,
     resolve,
+    with_workdir,
 )
 from hpctrain.spec.site import Network, Partition, Site
 from hpctrain.spec.slurm_values import NAME, memory_mb, time_minutes
@@ -43,6 +47,7 @@ __all__ = [
     "NAME",
     "SHORTHANDS",
     "Base",
+    "Code",
     "Container",
     "EarlyStop",
     "FieldDoc",
@@ -52,9 +57,11 @@ __all__ = [
     "ParameterServer",
     "Partition",
     "Preemption",
+    "Progress",
     "Resolved",
     "Resources",
     "Restart",
+    "Resume",
     "Site",
     "SpecError",
     "Sweep",
@@ -70,4 +77,5 @@ __all__ = [
     "memory_mb",
     "resolve",
     "time_minutes",
+    "with_workdir",
 ]

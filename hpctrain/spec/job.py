@@ -30,6 +30,7 @@ from hpctrain.spec.slurm_values import (
     CONTAINER_PATH,
     ENTRYPOINT,
     ENV_NAME,
+    LINE,
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
@@ -295,6 +296,9 @@ class Preemption(Base):
     """Seconds before the time limit that the signal comes."""
     requeue: bool = True
     """Checkpoint and requeue on the signal."""
+    grace: Seconds = 60.0
+    """Command jobs: seconds the ranks get after the signal to save and exit before they are ended (and
+    the job requeues)."""
 
     def __post_init__(self) -> None:
         check("signal", signal_name, self.signal)
@@ -462,6 +466,51 @@ class Container(Base):
         return [Mount.parse(text) for text in self.mounts]
 
 
+class Resume(Base):
+    """Arguments added to a command in an attempt that finds its checkpoint."""
+
+    if_exists: Annotated[str, Meta(min_length=1, pattern=LINE)]
+    """A path (relative to the workdir; a glob; $HPCTRAIN_CHECKPOINT_DIR and other variables expanded on the
+    node) whose existence means there is something to resume from."""
+    args: list[Annotated[str, Meta(pattern=LINE)]]
+    """Arguments appended to the command when `if_exists` matches (e.g. [--resume]); placeholders
+    {HPCTRAIN_CHECKPOINT_DIR} and {match} (the newest match) are filled in."""
+
+    def __post_init__(self) -> None:
+        if not self.args:
+            raise ValueError("args: give the arguments to add (e.g. [--resume])")
+
+
+class Progress(Base):
+    """Progress from rank 0's output: matching lines become metrics lines (status, report, sweeps)."""
+
+    pattern: str | None = None
+    """A Python regular expression with named groups: `step` (required), `loss`, `lr` and others."""
+    preset: str | None = None
+    """A ready pattern by name instead (see docs/scripts.md): step-loss, key-value, hf-trainer."""
+    total_steps: Count | None = None
+    """Steps the script is to do: status's total and ETA."""
+
+    def __post_init__(self) -> None:
+        from hpctrain.rundir.log_progress import compile_progress
+
+        try:
+            compile_progress(self.pattern, self.preset)
+        except ValueError as err:
+            raise ValueError(str(err).removeprefix("progress: ").removeprefix("progress.")) from None
+
+
+class Code(Base):
+    """What code the ranks run."""
+
+    snapshot: bool | None = None
+    """Copy the workdir's source into the run directory at submit and run from there (default for command
+    jobs), so restarts, requeues and sweep trials run what was submitted; false runs in place. The rule of
+    what is copied is in docs/scripts.md."""
+
+
+CommandLine = str | list[Annotated[str, Meta(pattern=LINE)]]
+
 SLURM_TASK_LAUNCHERS = ("srun", "fork")
 """Launchers whose ranks are Slurm tasks of one step (srun's own, or forked with srun's variables): one
 rank per GPU, and a warm standby's tasks can take their place."""
@@ -470,8 +519,19 @@ rank per GPU, and a warm standby's tasks can take their place."""
 class JobSpec(Base):
     name: Annotated[str, Meta(pattern=NAME)]
     """Job name (letters, digits, . _ -)."""
-    train: Train
-    """The training the runtime does."""
+    train: Train | None = None
+    """The training the runtime does (a Task); a job names either `train` or `command`."""
+    command: CommandLine | None = None
+    """Your own program, which each rank runs with torchrun's environment (docs/scripts.md): a string
+    (`python train.py --batch_size=4`) or a list of words; a job names either `train` or `command`."""
+    workdir: Line | None = None
+    """Where a command runs: default, the job file's folder (a job built in Python: the current folder)."""
+    resume: Resume | None = None
+    """Command jobs: arguments added when a checkpoint exists."""
+    progress: Progress | None = None
+    """Command jobs: step and loss read from rank 0's output."""
+    code: Code = Code()
+    """Command jobs: the code snapshot."""
     resources: Resources = Resources()
     """What to ask Slurm for."""
     launcher: Literal["srun", "fork", "torchrun", "mpi"] = "srun"
@@ -519,6 +579,15 @@ class JobSpec(Base):
     """Run the ranks in a container (pyxis/enroot, Slurm's OCI support, Apptainer): docs/containers.md."""
 
     def __post_init__(self) -> None:
+        if (self.train is None) == (self.command is None):
+            raise ValueError(
+                "a job names either train (an hpctrain Task) or command (your own program)"
+                + (", not both" if self.train is not None else "; it names neither")
+            )
+        if self.command is not None:
+            check("command", command_words, self.command)
+        elif self.resume is not None or self.progress is not None:
+            raise ValueError(f"{'resume' if self.resume else 'progress'}: only command jobs take it")
         check_env("env", self.env)
         for key, value in self.sbatch.items():
             problem = sbatch_option_problem(key)
@@ -528,3 +597,31 @@ class JobSpec(Base):
                 raise ValueError(f"sbatch: {key}: false is ambiguous; leave the option out instead")
             if isinstance(value, str) and not re.fullmatch(SBATCH_VALUE, value):
                 raise ValueError(f"sbatch: {key}: {value!r} may hold only {PATTERN_WORDS[SBATCH_VALUE]}")
+
+    @property
+    def snapshot(self) -> bool:
+        """Whether the ranks run from a copy of the workdir made at submit."""
+        return self.command is not None and self.code.snapshot is not False
+
+    @property
+    def command_words(self) -> list[str]:
+        """The command as a list of words ([] for a train job)."""
+        return [] if self.command is None else command_words(self.command)
+
+
+def command_words(command: str | list[str]) -> list[str]:
+    """A command's words: a string is split as a shell would (quotes, no expansion); never empty."""
+    import shlex
+
+    if isinstance(command, str):
+        if re.search(r"[\x00-\x1f\x7f]", command):
+            raise ValueError("one line of text, no control characters")
+        try:
+            words = shlex.split(command)
+        except ValueError as err:
+            raise ValueError(f"{command!r}: {err}") from None
+    else:
+        words = list(command)
+    if not words or not words[0]:
+        raise ValueError("empty; name the program to run (e.g. python train.py)")
+    return words

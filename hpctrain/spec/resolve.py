@@ -1,5 +1,6 @@
 """Loading job and site files, --set overrides, and resolve(): a job checked against a site."""
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,16 @@ def load_job(path: str | Path, overrides: list[str] | None = None) -> JobSpec:
     if not isinstance(data, dict):
         raise SpecError(f"{path}: expected a mapping at the top level")
     data = apply_overrides(data, overrides or [], str(path))
-    return decode(JobSpec, data, str(path))
+    return with_workdir(decode(JobSpec, data, str(path)), path.parent)
+
+
+def with_workdir(job: JobSpec, base: Path) -> JobSpec:
+    """A command job with its workdir made absolute: relative to `base` (the job file's folder, or the
+    current folder for a job built in Python), `base` itself when unset. A train job as it is."""
+    if job.command is None:
+        return job
+    folder = Path(os.path.expanduser(job.workdir)) if job.workdir else Path()
+    return msgspec.structs.replace(job, workdir=str((base / folder).resolve()))
 
 
 def load_site(path: str | Path) -> Site:
@@ -177,6 +187,16 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
             f"({res.gpus_per_node}), got {res.tasks_per_node}"
         )
     world_size = res.nodes * res.ntasks_per_node
+    if job.train is None:  # a command: its own layout, which hpctrain sees as one data-parallel world
+        if job.launcher in ("fork", "mpi"):
+            raise SpecError(
+                f"{job_origin}: launcher: {job.launcher} runs hpctrain's runtime; a command runs with srun or"
+                " torchrun"
+            )
+        parallel = Parallel().layout(world_size, res.ntasks_per_node).degrees
+        return Resolved(
+            job=job, site=site, partition=part_name, world_size=world_size, parallel=Parallel(**parallel)
+        )
     dims = job.train.parallel_dims
     if dims.ps is not None:
         ps = dims.ps

@@ -88,8 +88,11 @@ def prepare(
     base["sweep"] = msgspec.to_builtins(trial_sweep)
     # Once per key, the `--set` machinery makes the key's path a chain of sections (a `parallel`
     # shorthand becomes its dims); then each trial only stores its typed values at the ends.
+    _check_placeholders(chosen, job, str(job_path))
     try:
-        spec.apply_overrides(base, [f"{key}=0" for key in chosen.grid], str(job_path))
+        spec.apply_overrides(
+            base, [f"{key}=0" for key in chosen.grid if not key.startswith(PARAMS)], str(job_path)
+        )
     except SpecError as err:
         raise SpecError(f"sweep.grid: {err}".replace("--set ", "")) from None
     return Prepared(chosen, msgspec.json.encode(base), site_profile, str(job_path), site)
@@ -104,7 +107,12 @@ def resolve_points(
     resolved: list[spec.Resolved] = []
     for number, params in enumerate(points, start=first):
         data = msgspec.json.decode(prepared.base)
+        fill_placeholders(
+            data, {k.removeprefix(PARAMS): v for k, v in params.items() if k.startswith(PARAMS)}
+        )
         for key, value in params.items():
+            if key.startswith(PARAMS):
+                continue
             *sections, last = key.split(".")
             node = data
             for section in sections:
@@ -117,6 +125,44 @@ def resolve_points(
             raise SpecError(f"trial {number} ({describe(params)}): {err}") from None
         trials.append(Trial(number, params))
     return trials, resolved
+
+
+PARAMS = "params."
+"""Grid keys of a command job's own parameters: `params.lr` fills `{lr}` in its command and env values."""
+
+
+def fill_placeholders(data: dict[str, Any], values: Mapping[str, Value]) -> None:
+    """A trial's `{name}` placeholders in the job data's command words and env values."""
+    if not values:
+        return
+
+    def fill(text: str) -> str:
+        for name, value in values.items():
+            text = text.replace("{" + name + "}", str(value))
+        return text
+
+    command = data.get("command")
+    if isinstance(command, str):
+        data["command"] = fill(command)
+    elif isinstance(command, list):
+        data["command"] = [fill(word) if isinstance(word, str) else word for word in command]
+    env = data.get("env") or {}
+    data["env"] = {key: fill(value) if isinstance(value, str) else value for key, value in env.items()}
+
+
+def _check_placeholders(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> None:
+    """Every params.NAME of the grid fills a `{NAME}` of the command job's command or env."""
+    texts = [*job.command_words, *(str(value) for value in job.env.values())]
+    for key in chosen.grid:
+        if not key.startswith(PARAMS):
+            continue
+        if job.command is None:
+            raise SpecError(
+                f"{origin}: sweep.grid.{key}: params.* fill a command's placeholders; this job has none"
+            )
+        name = key.removeprefix(PARAMS)
+        if not any("{" + name + "}" in text for text in texts):
+            raise SpecError(f"{origin}: sweep.grid.{key}: no {{{name}}} in the job's command or env to fill")
 
 
 def resolve_trials(
@@ -187,7 +233,7 @@ def group_by_script(
     environment never split a group: each element reads those from its own folder."""
     if not resolved:
         return []
-    train = resolved[0].job.train
+    train, command = resolved[0].job.train, resolved[0].job.command
     script_of: dict[bytes, str] = {}
     groups: dict[str, list[int]] = {}
     for number, one in enumerate(resolved):
@@ -195,7 +241,9 @@ def group_by_script(
         # The render is the slow part: trials that differ only in their training section (the usual
         # sweep) share one, since the script is not made from it.
         key = msgspec.json.encode(
-            msgspec.structs.replace(shaped, job=msgspec.structs.replace(shaped.job, train=train))
+            msgspec.structs.replace(
+                shaped, job=msgspec.structs.replace(shaped.job, train=train, command=command)
+            )
         )
         if key not in script_of:
             script_of[key] = backend.prepare(shaped, Path("/RUN_DIR")).script
@@ -208,6 +256,8 @@ def _check_early_stop(chosen: spec.Sweep, job: spec.JobSpec, origin: str) -> Non
 
     if chosen.early_stop is None:
         return
+    if job.train is None:
+        raise SpecError(f"{origin}: sweep.early_stop: compares eval lines, which only train jobs write")
     every, first = job.train.eval_every, chosen.early_stop.after_steps
     if chosen.metric not in EVAL_FIELDS:
         raise SpecError(
@@ -266,7 +316,7 @@ def submit(
     one script per chunk, and submit the chunks: all or nothing. A sweep with sampler optuna runs
     its rounds here (sweep/study.py), telling `progress` what each round did, until its budget is
     spent or it is stopped."""
-    from hpctrain.launch.submission import origin, submit_run
+    from hpctrain.launch.submission import origin, snapshot_code, submit_run
     from hpctrain.scheduler import select_backend
 
     backend = select_backend(backend_name)
@@ -289,6 +339,7 @@ def submit(
     record = new_record(chosen, resolved[0], backend.name, trials, chunks)
 
     def write(run: rundir.RunDir) -> rundir.RunDir:
+        snapshot_code(resolved[0], run)  # every trial runs this copy (code.snapshot)
         write_trials(run, trials, resolved, env_per_trial)
         record.sweep_id = run.root.name
         rundir.write_json(run.sweep, record)  # before sbatch: no queued array without its record

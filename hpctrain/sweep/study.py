@@ -28,7 +28,7 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, HpctrainError, SpecError
-from hpctrain.launch.submission import submit_more, submit_run
+from hpctrain.launch.submission import snapshot_code, submit_more, submit_run
 from hpctrain.rundir import ArrayChunk, Run, Stopped, SweepRecord, Trial
 from hpctrain.rundir import names as file_names
 from hpctrain.rundir.states import JobState
@@ -246,6 +246,7 @@ def start(
     first: list[tuple[Rounds, Round]] = []
 
     def write(run: rundir.RunDir) -> rundir.RunDir:
+        snapshot_code(root_spec, run)  # every trial runs this copy (code.snapshot)
         rundir.write_json(run.root / file_names.STUDY_SETTINGS, Settings(chosen))
         record.sweep_id = run.root.name
         rounds = Rounds(open_study(run.root, chosen), prepared, run, backend, index)

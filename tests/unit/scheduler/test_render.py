@@ -51,7 +51,7 @@ def test_every_shipped_job_renders_shellcheck_clean(
     resolved = spec.resolve(spec.load_job(job), spec.load_site(site))
     script = render(resolved, tmp_path / "run", template=template)
     assert script.startswith("#!/bin/bash\n")
-    assert "hpctrain.runtime" in script
+    assert ("hpctrain.command" if resolved.job.command else "hpctrain.runtime") in script
     shellcheck(script, tmp_path)
 
 
