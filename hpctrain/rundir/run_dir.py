@@ -31,6 +31,7 @@ from hpctrain.rundir.structs import (
     ExitCode,
     FailureReport,
     Heartbeat,
+    LogProgressState,
     PreflightReport,
     Result,
     Run,
@@ -116,6 +117,7 @@ class RunDir:
     submit_info = _File(file_names.SUBMIT)
     record = _File(file_names.RECORD)
     metrics = _File(file_names.METRICS)
+    log_progress = _File(file_names.LOG_PROGRESS)
     result = _File(file_names.RESULT)
     failures = _File(file_names.FAILURES)
     logs = _File(file_names.LOGS)
@@ -207,6 +209,9 @@ class RunDir:
     def write_preflight(self, report: PreflightReport) -> Path:
         return self._write(self.preflight_report, report)
 
+    def write_log_progress(self, state: LogProgressState) -> Path:
+        return self._write(self.log_progress, state)
+
     def append_metric(self, line: MetricLine) -> None:
         self._names = None
         append_line(self.metrics, line)
@@ -225,6 +230,11 @@ class RunDir:
         return read_json(
             self.preflight_report, PreflightReport, max_bytes=16 * MAX_JSON_BYTES, below=self.top
         )
+
+    def read_log_progress(self) -> LogProgressState | Unreadable | None:
+        if self._names is not None and file_names.LOG_PROGRESS not in self._names:
+            return None
+        return read_json(self._file(file_names.LOG_PROGRESS), LogProgressState, below=self.top)
 
     def read_record(self) -> Run | Unreadable | None:
         return read_json(self.record, Run, below=self.top)
