@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hpctrain.errors import BackendError, HpctrainError, InputError, SpecError
+from hpctrain.errors import BackendError, FunctionFailed, HpctrainError, InputError, SpecError
 from hpctrain.scheduler import NAMES  # costs no backend import
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
 
@@ -35,9 +35,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AFTER_KINDS",
     "BACKENDS",
+    "EXAMPLE_SCRIPTS",
     "AfterKind",
     "BackendError",
     "DoctorReport",
+    "FunctionFailed",
     "HpctrainError",
     "InputError",
     "JobSource",
@@ -54,6 +56,7 @@ __all__ = [
     "draft_site",
     "example_job",
     "example_jobs",
+    "example_scripts",
     "fields",
     "find_run",
     "find_runs",
@@ -73,6 +76,7 @@ __all__ = [
     "spec_json",
     "statuses",
     "submit",
+    "submit_function",
     "submit_sweep",
     "survey",
     "wait_all",
@@ -101,6 +105,23 @@ def example_jobs() -> dict[str, Path]:
     from hpctrain.spec.resources import example_jobs
 
     return example_jobs()
+
+
+EXAMPLE_SCRIPTS = {"function-job": "hpctrain.examples.function_job", "pipeline": "hpctrain.examples.pipeline"}
+"""The example Python scripts shipped with hpctrain, by name: the module `python -m` runs."""
+
+
+def example_scripts() -> dict[str, Path]:
+    """The example Python scripts shipped with hpctrain, by name (run one with `python -m MODULE`, the
+    module in EXAMPLE_SCRIPTS)."""
+    import importlib.util
+
+    found = {}
+    for name, module in EXAMPLE_SCRIPTS.items():
+        located = importlib.util.find_spec(module)
+        if located is not None and located.origin:
+            found[name] = Path(located.origin)
+    return found
 
 
 def example_job(name: str) -> Path:
@@ -217,6 +238,57 @@ def submit(
     return Run(done.run)
 
 
+def submit_function(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    site: str,
+    resources: spec.Resources | Mapping[str, Any] | None = None,
+    ranks: Literal[0, "all"] = 0,
+    name: str | None = None,
+    job: Mapping[str, Any] | None = None,
+    backend: str | None = None,
+    after: Iterable[Run | str] = (),
+    after_kind: AfterKind = "afterok",
+) -> Run:
+    """Run `fn(*args, **kwargs)` in an allocation, as submitit does; `Run.result()` returns its value.
+
+    The call is pickled here with cloudpickle: a function that cannot be (a closure over a lock or an
+    open file) is refused with an InputError before anything is submitted. `ranks`: 0 calls it on rank 0
+    (the default; with one task, the job's only rank), "all" on every rank, each with torchrun's
+    variables (RANK, WORLD_SIZE, MASTER_ADDR...). `resources`: as a job's `resources` (default one task);
+    `name`: the job's name (default from the function's); `job`: any other JobSpec fields (env, setup,
+    python, time...). A function job is not restarted after a failure unless `job` sets `restart`.
+    `backend`, `after` and `after_kind` as for `submit`.
+    """
+    from hpctrain.launch.submission import submit_function as submit_call
+    from hpctrain.rundir.function_call import dump_call
+
+    call = dump_call(fn, args, kwargs or {}, ranks)
+    data = dict(job or {})
+    data.setdefault("name", name or _function_job_name(fn))
+    if resources is not None:
+        data["resources"] = resources if isinstance(resources, Mapping) else _builtins(resources)
+    waits = [_job_id_of(one) for one in after]
+    done = submit_call(call, site, data, backend, after=waits, after_kind=after_kind)
+    if done.error:
+        raise BackendError(f"{done.error} (the script and resolved spec are kept in {done.run.run_dir})")
+    return Run(done.run)
+
+
+def _function_job_name(fn: Callable[..., Any]) -> str:
+    """`fn-NAME` from the function's name, in the letters a job name may hold."""
+    word = re.sub(r"[^A-Za-z0-9_.-]+", "", getattr(fn, "__name__", "")) or "call"
+    return f"fn-{word}"[:64]
+
+
+def _builtins(value: Any) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(value)
+
+
 def _job_id_of(run: Run | str) -> str:
     if isinstance(run, str):
         return run
@@ -304,11 +376,27 @@ class Run:
         refresh(Index(), [self.record])
         return ended(self.record)
 
-    def result(self) -> Result:
-        """result.json: the final metrics, steps and times. NoResult when there is none (yet)."""
-        from hpctrain.rundir import RunDir, Unreadable
+    def result(self, timeout: float | None = None) -> Result | Any:
+        """result.json: the final metrics, steps and times. NoResult when there is none (yet).
 
-        found = RunDir(self.run_dir).read_result()
+        A function job's (`submit_function`): the function's value, once the run has ended (this waits,
+        WaitTimeout after `timeout` seconds); FunctionFailed, whose message ends with the traceback from
+        the job, when it raised on a rank; NoResult when the job ended without an outcome (killed,
+        cancelled, out of memory: see its logs)."""
+        from hpctrain.rundir import RunDir, Unreadable, function_call
+
+        root = RunDir(self.run_dir)
+        if function_call.is_function_run(root):
+            if not self.ended():
+                self.wait(timeout)
+            done, value = function_call.result(root)
+            if not done:
+                raise NoResult(
+                    f"run {self.run_id} (job {self.job_id}) ended {self.record.state} without the function's "
+                    f"value: {value}; its logs: hpctrain logs {self.job_id or self.run_id}"
+                )
+            return value
+        found = root.read_result()
         if found is None:
             raise NoResult(f"run {self.run_id} (job {self.job_id}) has no result yet ({self.record.state})")
         if isinstance(found, Unreadable):

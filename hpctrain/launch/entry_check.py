@@ -155,5 +155,7 @@ def check_paths(resolved: Resolved, origin: str) -> None:
 
 
 def check_job(resolved: Resolved, origin: str) -> None:
+    if resolved.job.train is None:  # a command job: its program is checked where it runs
+        return
     check_entrypoint(resolved.job.train.entrypoint, origin)
     check_paths(resolved, origin)

@@ -121,9 +121,11 @@ def submit(
     check: bool = True,
     after: list[str] | None = None,
     after_kind: AfterKind = "afterok",
+    files: Callable[[RunDir], None] | None = None,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
-    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies."""
+    `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `files` writes what the
+    job needs into its run directory before it is scheduled (a function job's call)."""
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
     resolved = with_dependency(load_and_resolve(job, site, overrides, check), after or [], after_kind)
@@ -131,6 +133,8 @@ def submit(
     def write(run: RunDir) -> BatchRequest:
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
+        if files is not None:
+            files(run)
         return request
 
     return submit_run(
@@ -140,6 +144,39 @@ def submit(
         origin(job, site, overrides, backend),
         write,
         lambda r: {"": backend.schedule(r)},
+    )
+
+
+FUNCTION_COMMAND = ["python", "-m", "hpctrain.command.call"]
+"""What every rank of a function job runs: the call is the run directory's function/call.pkl."""
+
+
+def submit_function(
+    call: bytes,
+    site: str,
+    job: Mapping[str, Any],
+    backend_name: str | None = None,
+    after: list[str] | None = None,
+    after_kind: AfterKind = "afterok",
+) -> Submitted:
+    """Submit a function job: `call` (rundir.function_call.dump_call) runs as a command job built from
+    `job` (JobSpec fields: name, resources, env...); no restart after a failure unless `job` asks."""
+    from hpctrain.rundir.function_call import write_call
+
+    for taken in ("command", "train"):
+        if taken in job:
+            raise InputError(
+                f"submit_function: job: {taken}: a function job runs its function, not a {taken}"
+            )
+    data = {"restart": {"max": 0}, **copy.deepcopy(dict(job)), "command": FUNCTION_COMMAND}
+    return submit(
+        data,
+        site,
+        None,
+        backend_name,
+        after=after,
+        after_kind=after_kind,
+        files=lambda run: write_call(run, call),
     )
 
 

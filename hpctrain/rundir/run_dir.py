@@ -127,6 +127,8 @@ class RunDir:
     requeue_request = _File(file_names.REQUEUE_REQUEST)
     grow_back_request = _File(file_names.GROW_BACK_REQUEST)
     checkpoints = _File(file_names.CHECKPOINTS)
+    function_call = _File(file_names.FUNCTION, file_names.FUNCTION_CALL)
+    function_value = _File(file_names.FUNCTION, file_names.FUNCTION_VALUE)
     worker_metrics_dir = _File(file_names.WORKER_METRICS)
     heartbeats = _File(file_names.HEARTBEATS)
     final_model = _File(file_names.FINAL_MODEL)
@@ -143,6 +145,7 @@ class RunDir:
     stopped = _File(file_names.STOPPED)
 
     failure = _Member(file_names.FAILURES, file_names.RANK_FAILURE)
+    function_outcome = _Member(file_names.FUNCTION, file_names.FUNCTION_OUTCOME)
     failed_attempt = _Member(file_names.FAILURES, file_names.FAILED_ATTEMPT)  # an attempt that was retried
     # The watchdog's dump of one rank's Python stacks (py-spy, then faulthandler).
     rank_stacks = _Member(f"{file_names.FAILURES}/{file_names.STACKS}", file_names.RANK_STACKS)

@@ -103,6 +103,25 @@ class LogProgressState(msgspec.Struct, kw_only=True, omit_defaults=True):
         return self.lines > 0 and self.matched == 0
 
 
+class FunctionOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """function/rank-N.json: how a function job's call ended on rank N (rank 0's value: value.pkl)."""
+
+    rank: int
+    """The global rank that called the function."""
+    node: str = ""
+    """The node it ran on."""
+    time: float | None = None
+    """When the call ended, seconds since the epoch."""
+    returned: bool = False
+    """Whether the function returned (rank 0's value is then in value.pkl); false: it raised."""
+    error_type: str = ""
+    """The exception's class name, when it raised (or when its value could not be pickled)."""
+    message: str = ""
+    """The exception's text."""
+    traceback: str = ""
+    """The exception's traceback as Python prints it, from the remote process."""
+
+
 SIGNALLED = "signal"
 """FailureReport.error_type of a rank that a signal ended, which could not report itself."""
 

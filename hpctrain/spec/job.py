@@ -30,6 +30,7 @@ from hpctrain.spec.slurm_values import (
     CONTAINER_PATH,
     ENTRYPOINT,
     ENV_NAME,
+    LINE,
     MAIL_TYPES,
     NAME,
     PATTERN_WORDS,
@@ -470,8 +471,11 @@ rank per GPU, and a warm standby's tasks can take their place."""
 class JobSpec(Base):
     name: Annotated[str, Meta(pattern=NAME)]
     """Job name (letters, digits, . _ -)."""
-    train: Train
-    """The training the runtime does."""
+    train: Train | None = None
+    """The training the runtime does (a Task); a job names either `train` or `command`."""
+    command: list[Annotated[str, Meta(pattern=LINE)]] | None = None
+    """The program each rank runs instead of a Task, as a list of words (a function job's
+    `python -m hpctrain.command.call`); a job names either `train` or `command`."""
     resources: Resources = Resources()
     """What to ask Slurm for."""
     launcher: Literal["srun", "fork", "torchrun", "mpi"] = "srun"
@@ -519,6 +523,13 @@ class JobSpec(Base):
     """Run the ranks in a container (pyxis/enroot, Slurm's OCI support, Apptainer): docs/containers.md."""
 
     def __post_init__(self) -> None:
+        if (self.train is None) == (self.command is None):
+            raise ValueError(
+                "a job names either train (an hpctrain Task) or command (your own program)"
+                + (", not both" if self.train is not None else "; it names neither")
+            )
+        if self.command is not None and not (self.command and self.command[0]):
+            raise ValueError("command: empty; name the program to run")
         check_env("env", self.env)
         for key, value in self.sbatch.items():
             problem = sbatch_option_problem(key)

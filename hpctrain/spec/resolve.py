@@ -185,6 +185,16 @@ def resolve(job: JobSpec, site: Site, job_origin: str = "job", site_origin: str 
             f"({res.gpus_per_node}), got {res.tasks_per_node}"
         )
     world_size = res.nodes * res.ntasks_per_node
+    if job.train is None:  # a command: its own layout, which hpctrain sees as one data-parallel world
+        if job.launcher in ("fork", "mpi"):
+            raise SpecError(
+                f"{job_origin}: launcher: {job.launcher} runs hpctrain's runtime; a command runs with srun or"
+                " torchrun"
+            )
+        degrees = Parallel().layout(world_size, res.ntasks_per_node).degrees
+        return Resolved(
+            job=job, site=site, partition=part_name, world_size=world_size, parallel=Parallel(**degrees)
+        )
     dims = job.train.parallel_dims
     if dims.ps is not None:
         ps = dims.ps
