@@ -20,7 +20,7 @@ LOGIN = frozenset({"api", "cli", "launch", "runs", "sweep", "site", "report"})
 ALLOCATION = frozenset({"supervisor", "runtime"})
 SHARED = frozenset({"errors", "spec", "rundir", "scheduler"})
 EXAMPLES = "examples"
-TOP_LEVEL_FILES = frozenset({"__init__.py", "errors.py", "api.py"})
+TOP_LEVEL_FILES = frozenset({"__init__.py", "errors.py", "api.py", "client.py"})
 TORCH_FREE = LOGIN | {"supervisor"}
 
 # (importer, imported module): imports in modules that another branch of this redesign rewrites. Delete an
@@ -213,5 +213,20 @@ def test_the_allocation_side_importing_hpctrain_packages_never_loads_the_api() -
         "import sys; from hpctrain import spec, rundir, scheduler, errors; "
         "import hpctrain.supervisor.supervise, hpctrain.supervisor.watchdog; "
         "assert 'hpctrain.api' not in sys.modules, 'api imported'"
+    )
+    passes_in_a_fresh_interpreter(code)
+
+
+def test_the_client_imports_only_the_standard_library() -> None:
+    """`from hpctrain import client` runs in users' own scripts: the standard library only, and nothing of
+    hpctrain that imports more (it loads rundir's names.py and slots.py by path, without the package)."""
+    spelled = sorted(t for t in IMPORTS["hpctrain.client"] if t.split(".")[0] not in sys.stdlib_module_names)
+    assert not spelled, spelled
+    code = (
+        "import sys; before = set(sys.modules); from hpctrain import client; client._load('names'); "
+        "client._load('slots'); new = set(sys.modules) - before; "
+        "bad = sorted(m for m in new if m.split('.')[0] not in sys.stdlib_module_names "
+        "and m not in ('hpctrain', 'hpctrain.client') and not m.startswith('hpctrain._client_')); "
+        "assert not bad, bad"
     )
     passes_in_a_fresh_interpreter(code)
