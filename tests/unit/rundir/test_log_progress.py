@@ -229,3 +229,18 @@ def test_hostile_numbers_in_matching_lines(
     progress.close()
     for line in lines_of(run_dir):
         assert line.step >= 0
+
+
+def test_status_shows_a_pattern_that_never_matched_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from hpctrain.cli.view.status import show
+    from tests.unit.tracked_runs import assembled
+
+    feed_all(tmp_path, "step-loss", "loading data\nepoch 1 done\nepoch 2 done\n")
+    show([assembled(tmp_path, "RUNNING")])
+    lines = [line for line in capsys.readouterr().out.splitlines() if "never matched" in line]
+    assert lines == ["  job 42: progress pattern never matched: none of the 3 lines rank 0 printed so far"]
+    feed_all(tmp_path, "step-loss", "step 1 loss 2.0\n")  # a later attempt that matches
+    show([assembled(tmp_path, "RUNNING")])
+    assert "never matched" not in capsys.readouterr().out
