@@ -267,7 +267,8 @@ def submit_function(
 
     call = dump_call(fn, args, kwargs or {}, ranks)
     data = dict(job or {})
-    data.setdefault("name", name or _function_job_name(fn))
+    if name is not None or "name" not in data:
+        data["name"] = name or _function_job_name(fn)
     if resources is not None:
         data["resources"] = resources if isinstance(resources, Mapping) else _builtins(resources)
     waits = [_job_id_of(one) for one in after]
