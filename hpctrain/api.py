@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from hpctrain.errors import BackendError, HpctrainError, InputError, SpecError
+from hpctrain.errors import BackendError, FunctionFailed, HpctrainError, InputError, SpecError
 from hpctrain.launch import api_edge as edge
 from hpctrain.scheduler import NAMES  # costs no backend import
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
@@ -37,9 +37,11 @@ if TYPE_CHECKING:
 __all__ = [
     "AFTER_KINDS",
     "BACKENDS",
+    "EXAMPLE_SCRIPTS",
     "AfterKind",
     "BackendError",
     "DoctorReport",
+    "FunctionFailed",
     "HpctrainError",
     "InputError",
     "JobSource",
@@ -56,6 +58,7 @@ __all__ = [
     "draft_site",
     "example_job",
     "example_jobs",
+    "example_scripts",
     "fields",
     "find_run",
     "find_runs",
@@ -75,6 +78,7 @@ __all__ = [
     "spec_json",
     "statuses",
     "submit",
+    "submit_function",
     "submit_sweep",
     "survey",
     "wait_all",
@@ -103,6 +107,23 @@ def example_jobs() -> dict[str, Path]:
     from hpctrain.spec.resources import example_jobs
 
     return example_jobs()
+
+
+EXAMPLE_SCRIPTS = {"function-job": "hpctrain.examples.function_job", "pipeline": "hpctrain.examples.pipeline"}
+"""The example Python scripts shipped with hpctrain, by name: the module `python -m` runs."""
+
+
+def example_scripts() -> dict[str, Path]:
+    """The example Python scripts shipped with hpctrain, by name (run one with `python -m MODULE`, the
+    module in EXAMPLE_SCRIPTS)."""
+    import importlib.util
+
+    found = {}
+    for name, module in EXAMPLE_SCRIPTS.items():
+        located = importlib.util.find_spec(module)
+        if located is not None and located.origin:
+            found[name] = Path(located.origin)
+    return found
 
 
 def example_job(name: str) -> Path:
@@ -265,6 +286,58 @@ def _waits(after: object, kind: AfterKind, backend: str | None) -> list[str]:
     return [r.job_id if r is not None and r.job_id else str(one) for one, r in pairs]
 
 
+def submit_function(
+    fn: Callable[..., Any],
+    args: Sequence[Any] = (),
+    kwargs: Mapping[str, Any] | None = None,
+    *,
+    site: str,
+    resources: spec.Resources | Mapping[str, Any] | None = None,
+    ranks: Literal[0, "all"] = 0,
+    name: str | None = None,
+    job: Mapping[str, Any] | None = None,
+    backend: str | None = None,
+    after: Iterable[Run | str] = (),
+    after_kind: AfterKind = "afterok",
+) -> Run:
+    """Run `fn(*args, **kwargs)` in an allocation, as submitit does; `Run.result()` returns its value.
+
+    The call is pickled here with cloudpickle: a function that cannot be (a closure over a lock or an
+    open file) is refused with an InputError before anything is submitted. `ranks`: 0 calls it on rank 0
+    (the default; with one task, the job's only rank), "all" on every rank, each with torchrun's
+    variables (RANK, WORLD_SIZE, MASTER_ADDR...). `resources`: as a job's `resources` (default one task);
+    `name`: the job's name (default from the function's); `job`: any other JobSpec fields (env, setup,
+    python, time...). A function job is not restarted after a failure unless `job` sets `restart`.
+    `backend`, `after` and `after_kind` as for `submit`.
+    """
+    from hpctrain.launch.submission import submit_function as submit_call
+    from hpctrain.rundir.function_call import dump_call
+
+    call = dump_call(fn, args, kwargs or {}, ranks)
+    data = dict(job or {})
+    if name is not None or "name" not in data:
+        data["name"] = name or _function_job_name(fn)
+    if resources is not None:
+        data["resources"] = resources if isinstance(resources, Mapping) else _builtins(resources)
+    waits = _waits(after, after_kind, backend)
+    done = submit_call(call, site, data, backend, after=waits, after_kind=after_kind)
+    if done.error:
+        raise BackendError(f"{done.error} (the script and resolved spec are kept in {done.run.run_dir})")
+    return Run(done.run)
+
+
+def _function_job_name(fn: Callable[..., Any]) -> str:
+    """`fn-NAME` from the function's name, in the letters a job name may hold."""
+    word = re.sub(r"[^A-Za-z0-9_.-]+", "", getattr(fn, "__name__", "")) or "call"
+    return f"fn-{word}"[:64]
+
+
+def _builtins(value: Any) -> Any:
+    import msgspec
+
+    return msgspec.to_builtins(value)
+
+
 def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | None = None) -> list[Run]:
     """Tracked runs: those named by job id, run id (or its date-time prefix) or job name (every run of
     it; a lone string is one key; none known: NotTracked; some unknown: a warning on stderr), else the
@@ -356,11 +429,27 @@ class Run:
         refresh(Index(), [self.record])
         return ended(self.record)
 
-    def result(self) -> Result:
-        """result.json: the final metrics, steps and times. NoResult when there is none (yet)."""
-        from hpctrain.rundir import RunDir, Unreadable
+    def result(self, timeout: float | None = None) -> Result | Any:
+        """result.json: the final metrics, steps and times. NoResult when there is none (yet).
 
-        found = RunDir(self.run_dir).read_result()
+        A function job's (`submit_function`): the function's value, once the run has ended (this waits,
+        WaitTimeout after `timeout` seconds); FunctionFailed, whose message ends with the traceback from
+        the job, when it raised on a rank; NoResult when the job ended without an outcome (killed,
+        cancelled, out of memory: see its logs)."""
+        from hpctrain.rundir import RunDir, Unreadable, function_call
+
+        root = RunDir(self.run_dir)
+        if function_call.is_function_run(root):
+            if not self.ended():
+                self.wait(timeout)
+            done, value = function_call.result(root)
+            if not done:
+                raise NoResult(
+                    f"run {self.run_id} (job {self.job_id}) ended {self.record.state} without the function's "
+                    f"value: {value}; its logs: hpctrain logs {self.job_id or self.run_id}"
+                )
+            return value
+        found = root.read_result()
         if found is None:
             if self.ended():
                 ended_as = _state_text(self.record)

@@ -46,3 +46,16 @@ class BackendError(HpctrainError, RuntimeError):
     """The scheduler could not be asked or refused; the message names the cause."""
 
     exit_code = 1
+
+
+class FunctionFailed(HpctrainError):
+    """A function job's function raised (hpctrain.submit_function); the message is the exception in one
+    line, then the traceback it had in the job."""
+
+    exit_code = 1
+
+    def __init__(self, summary: str, remote_traceback: str = "") -> None:
+        self.summary = summary
+        self.remote_traceback = remote_traceback
+        tail = remote_traceback.rstrip()
+        super().__init__(f"{summary}\n\nRemote traceback:\n{tail}" if tail else summary)

@@ -168,10 +168,12 @@ def submit(
     after: list[str] | None = None,
     after_kind: AfterKind = "afterok",
     from_run: str | None = None,
+    files: Callable[[RunDir], None] | None = None,
 ) -> Submitted:
     """Record, render and submit. The run directory keeps script and spec even if the scheduler refuses.
     `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `from_run`: a run whose
-    last checkpoint the job starts from (launch/carry_on.py)."""
+    last checkpoint the job starts from (launch/carry_on.py). `files` writes what the job needs into
+    its run directory before it is scheduled (a function job's call)."""
     from hpctrain.launch import carry_on
 
     backend = select_backend(backend_name)
@@ -185,6 +187,8 @@ def submit(
         snapshot_code(resolved, run)
         request = backend.prepare(resolved, run.root)
         request.path.write_text(request.script)
+        if files is not None:
+            files(run)
         return request
 
     return submit_run(
@@ -205,6 +209,41 @@ def snapshot_code(resolved: spec.Resolved, run: RunDir) -> None:
 
     taken = code_snapshot.take(Path(resolved.job.workdir or "."), run.code)
     print(f"hpctrain: {taken.line()}", file=sys.stderr)
+
+
+FUNCTION_COMMAND = ["python", "-m", "hpctrain.command.call"]
+"""What every rank of a function job runs: the call is the run directory's function/call.pkl."""
+
+
+def submit_function(
+    call: bytes,
+    site: str,
+    job: Mapping[str, Any],
+    backend_name: str | None = None,
+    after: list[str] | None = None,
+    after_kind: AfterKind = "afterok",
+) -> Submitted:
+    """Submit a function job: `call` (rundir.function_call.dump_call) runs as a command job built from
+    `job` (JobSpec fields: name, resources, env...); no restart after a failure unless `job` asks."""
+    from hpctrain.rundir.function_call import write_call
+
+    for taken in ("command", "train"):
+        if taken in job:
+            raise InputError(
+                f"submit_function: job: {taken}: a function job runs its function, not a {taken}"
+            )
+    # The function was pickled whole: no code snapshot of the current folder unless `job` asks for one.
+    defaults = {"restart": {"max": 0}, "code": {"snapshot": False}}
+    data = {**defaults, **copy.deepcopy(dict(job)), "command": FUNCTION_COMMAND}
+    return submit(
+        data,
+        site,
+        None,
+        backend_name,
+        after=after,
+        after_kind=after_kind,
+        files=lambda run: write_call(run, call),
+    )
 
 
 def origin(job: JobSource, site: str, overrides: list[str] | None, backend: Backend) -> SubmitInfo:

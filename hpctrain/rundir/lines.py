@@ -49,6 +49,9 @@ class TrainLine(_Line, tag="train"):
     """Parameter-server worker lines: mean seconds per step spent pushing and pulling."""
     data_share: float | None = None
     """Share of the interval's time spent fetching batches (rank 0): a loader that cannot keep up."""
+    metrics: dict[str, float] = {}
+    """Numbers this struct has no field for, by name: a command job's progress pattern groups
+    (`epoch`, `grad_norm`) or the keywords of `hpctrain.client.step`."""
 
 
 class EvalLine(_Line, tag="eval"):

@@ -12,6 +12,8 @@ SCRIPT = "job.sbatch"
 SUBMIT = "submit.json"
 RECORD = "record.json"
 METRICS = "metrics.jsonl"
+LOG_PROGRESS = "log-progress.json"
+"""How rank 0's output met a command job's progress pattern: lines seen and matched."""
 RESULT = "result.json"
 FAILURES = "failures"
 LOGS = "logs"
@@ -23,6 +25,9 @@ REQUEUE_REQUEST = "requeue.request"
 GROW_BACK_REQUEST = "grow-back.request"
 """The watchdog's: the checkpoint and requeue it asked for (through preempt.flag) are a grow-back."""
 CHECKPOINTS = "checkpoints"
+FUNCTION = "function"  # a function job's folder (hpctrain.submit_function)
+FUNCTION_CALL = "call.pkl"  # in function/: the function, its args and kwargs (cloudpickle), written at submit
+FUNCTION_VALUE = "value.pkl"  # in function/: what the function returned on rank 0 (cloudpickle)
 WORKER_METRICS = "metrics"
 HEARTBEATS = "heartbeats"
 FINAL_MODEL = "final_model.pt"
@@ -91,6 +96,7 @@ NODE_LOG = Numbered("node-", ".log")  # in logs/
 ARRAY_BATCH_LOG = Numbered("batch-", ".log")  # in the array's logs/, one per element
 PREFLIGHT_LOG = Numbered("preflight-", ".log")  # in logs/
 RANK_FAILURE = Numbered("rank-", ".json")  # in failures/
+FUNCTION_OUTCOME = Numbered("rank-", ".json")  # in function/: how the call ended on that rank
 FAILED_ATTEMPT = Numbered("attempt-")  # in failures/: the reports of an attempt that was retried
 RANK_STACKS = Numbered("rank-", ".txt")  # in failures/stacks/
 RANK_PID = Numbered("rank-")  # in pids/

@@ -31,6 +31,7 @@ from hpctrain.rundir.structs import (
     ExitCode,
     FailureReport,
     Heartbeat,
+    LogProgressState,
     PreflightReport,
     Result,
     Run,
@@ -116,6 +117,7 @@ class RunDir:
     submit_info = _File(file_names.SUBMIT)
     record = _File(file_names.RECORD)
     metrics = _File(file_names.METRICS)
+    log_progress = _File(file_names.LOG_PROGRESS)
     result = _File(file_names.RESULT)
     failures = _File(file_names.FAILURES)
     logs = _File(file_names.LOGS)
@@ -125,6 +127,8 @@ class RunDir:
     requeue_request = _File(file_names.REQUEUE_REQUEST)
     grow_back_request = _File(file_names.GROW_BACK_REQUEST)
     checkpoints = _File(file_names.CHECKPOINTS)
+    function_call = _File(file_names.FUNCTION, file_names.FUNCTION_CALL)
+    function_value = _File(file_names.FUNCTION, file_names.FUNCTION_VALUE)
     worker_metrics_dir = _File(file_names.WORKER_METRICS)
     heartbeats = _File(file_names.HEARTBEATS)
     final_model = _File(file_names.FINAL_MODEL)
@@ -143,6 +147,7 @@ class RunDir:
     nccl_trace = _File(file_names.FAILURES, file_names.NCCL_TRACE)
 
     failure = _Member(file_names.FAILURES, file_names.RANK_FAILURE)
+    function_outcome = _Member(file_names.FUNCTION, file_names.FUNCTION_OUTCOME)
     failed_attempt = _Member(file_names.FAILURES, file_names.FAILED_ATTEMPT)  # an attempt that was retried
     # The watchdog's dump of one rank's Python stacks (py-spy, then faulthandler).
     rank_stacks = _Member(f"{file_names.FAILURES}/{file_names.STACKS}", file_names.RANK_STACKS)
@@ -209,6 +214,9 @@ class RunDir:
     def write_preflight(self, report: PreflightReport) -> Path:
         return self._write(self.preflight_report, report)
 
+    def write_log_progress(self, state: LogProgressState) -> Path:
+        return self._write(self.log_progress, state)
+
     def append_metric(self, line: MetricLine) -> None:
         self._names = None
         append_line(self.metrics, line)
@@ -227,6 +235,11 @@ class RunDir:
         return read_json(
             self.preflight_report, PreflightReport, max_bytes=16 * MAX_JSON_BYTES, below=self.top
         )
+
+    def read_log_progress(self) -> LogProgressState | Unreadable | None:
+        if self._names is not None and file_names.LOG_PROGRESS not in self._names:
+            return None
+        return read_json(self._file(file_names.LOG_PROGRESS), LogProgressState, below=self.top)
 
     def read_record(self) -> Run | Unreadable | None:
         return read_json(self.record, Run, below=self.top)

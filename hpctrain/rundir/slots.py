@@ -23,8 +23,10 @@ import struct
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from hpctrain.rundir.structs import RankBeat
+if TYPE_CHECKING:  # imported where a slot is decoded: hpctrain.client loads this module with no msgspec
+    from hpctrain.rundir.structs import RankBeat
 
 # Codes are positions: a new phase goes at the end, so that a reader of another version still decodes.
 PHASES = (
@@ -155,6 +157,8 @@ def decode_slot(buffer: bytes | mmap.mmap, index: int) -> Slot | None:
     claimed = _claimed(buffer, start)
     if claimed is None:
         return None
+    from hpctrain.rundir.structs import RankBeat
+
     rank, pid, alive = claimed
     code, step, phase_since, step_since, step_s = PROGRESS.unpack_from(buffer, start + PROGRESS_AT)
     step_s = _finite(step_s)

@@ -83,6 +83,45 @@ class Result(msgspec.Struct, kw_only=True, omit_defaults=True):
     """Parameter server: each worker's end, by worker index."""
 
 
+class LogProgressState(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """log-progress.json: how rank 0's output met a command job's progress pattern (rewritten every few
+    seconds while it prints), so that `status` can say when the pattern never matched."""
+
+    pattern: str = ""
+    """The regular expression lines are matched with."""
+    lines: int = 0
+    """Lines of rank 0's output seen, this attempt."""
+    matched: int = 0
+    """Of those, lines that matched and became metrics lines."""
+    step: int | None = None
+    """The step of the last matching line."""
+    time: float | None = None
+    """When the file was written, seconds since the epoch."""
+
+    @property
+    def never_matched(self) -> bool:
+        return self.lines > 0 and self.matched == 0
+
+
+class FunctionOutcome(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """function/rank-N.json: how a function job's call ended on rank N (rank 0's value: value.pkl)."""
+
+    rank: int
+    """The global rank that called the function."""
+    node: str = ""
+    """The node it ran on."""
+    time: float | None = None
+    """When the call ended, seconds since the epoch."""
+    returned: bool = False
+    """Whether the function returned (rank 0's value is then in value.pkl); false: it raised."""
+    error_type: str = ""
+    """The exception's class name, when it raised (or when its value could not be pickled)."""
+    message: str = ""
+    """The exception's text."""
+    traceback: str = ""
+    """The exception's traceback as Python prints it, from the remote process."""
+
+
 SIGNALLED = "signal"
 """FailureReport.error_type of a rank that a signal ended, which could not report itself."""
 

@@ -15,6 +15,7 @@ from hpctrain.rundir import (
     EvalLine,
     EventLine,
     FailureReport,
+    LogProgressState,
     MemoryLine,
     MetricLine,
     RankTimesLine,
@@ -64,6 +65,8 @@ class Progress(msgspec.Struct, omit_defaults=True):
     failures: list[FailureReport] = []
     unreadable: list[str] = []
     """One line per file (or metrics file) that did not decode."""
+    unmatched: str = ""
+    """A command job's progress pattern that matched none of rank 0's lines so far, in one line."""
 
 
 @dataclass
@@ -196,6 +199,7 @@ def read_progress(run_dir: RunDir, brief: bool = False) -> Progress:
         if brief and result is not None:
             return out
     _read_metrics(run_dir, out)
+    out.unmatched = unmatched_pattern(run_dir)
     for worker, latest in run_dir.read_worker_metrics().items():
         if isinstance(latest, Unreadable):
             out.unreadable.append(str(latest))
@@ -207,6 +211,14 @@ def read_progress(run_dir: RunDir, brief: bool = False) -> Progress:
         else:
             out.failures.append(report)
     return out
+
+
+def unmatched_pattern(run_dir: RunDir) -> str:
+    """One line when log-progress.json says the progress pattern matched none of the lines seen."""
+    state = run_dir.read_log_progress()
+    if not isinstance(state, LogProgressState) or not state.never_matched:
+        return ""
+    return f"progress pattern never matched: none of the {state.lines} lines rank 0 printed so far"
 
 
 def _read_metrics(run_dir: RunDir, out: Progress) -> None:

@@ -45,6 +45,8 @@ def scalars(line: MetricLine) -> tuple[int, dict[str, float]]:
     if isinstance(line, TrainLine | EvalLine):
         tags = TRAIN_SCALARS if isinstance(line, TrainLine) else EVAL_SCALARS
         values = {tag: value for field, tag in tags.items() if (value := getattr(line, field)) is not None}
+        if isinstance(line, TrainLine):  # a progress pattern's own groups, a client's own keywords
+            values.update({f"train/{name}": value for name, value in line.metrics.items()})
         return line.step, values
     if isinstance(line, RankTimesLine) and line.compute_s:
         # How much slower the slowest rank computes than the median one: a straggler is a bump.

@@ -24,7 +24,7 @@ ALLOCATION = frozenset({"supervisor", "runtime", "command"})
 SHARED_ORDER = ("version", "errors", "rundir", "spec", "scheduler")
 SHARED = frozenset(SHARED_ORDER)
 EXAMPLES = "examples"
-TOP_LEVEL_FILES = frozenset({"__init__.py", "version.py", "errors.py", "api.py"})
+TOP_LEVEL_FILES = frozenset({"__init__.py", "version.py", "errors.py", "api.py", "client.py"})
 TORCH_FREE = LOGIN | {"supervisor", "command"}
 # The command wrapper reuses the runtime's torch-free pieces: the heartbeat slot writer and NCCL's settings.
 COMMAND_MAY_IMPORT = frozenset({"hpctrain.runtime.heartbeat", "hpctrain.runtime.collective_timeout"})
@@ -288,3 +288,18 @@ def test_polling_runs_loads_neither_the_spec_nor_the_templates(tmp_path: Path) -
         [sys.executable, "-c", code, str(tmp_path)], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_the_client_imports_only_the_standard_library() -> None:
+    """`from hpctrain import client` runs in users' own scripts: the standard library only, and nothing of
+    hpctrain that imports more (it loads rundir's names.py and slots.py by path, without the package)."""
+    spelled = sorted(t for t in IMPORTS["hpctrain.client"] if t.split(".")[0] not in sys.stdlib_module_names)
+    assert not spelled, spelled
+    code = (
+        "import sys; before = set(sys.modules); from hpctrain import client; client._load('names'); "
+        "client._load('slots'); new = set(sys.modules) - before; "
+        "bad = sorted(m for m in new if m.split('.')[0] not in sys.stdlib_module_names "
+        "and m not in ('hpctrain', 'hpctrain.client') and not m.startswith('hpctrain._client_')); "
+        "assert not bad, bad"
+    )
+    passes_in_a_fresh_interpreter(code)

@@ -74,7 +74,14 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
         prog = status.progress
         # Most of a thousand ended runs have nothing more to say than their row.
         failing = status.failed_tasks is not None
-        if detail or status.elements or prog.unreadable or failing or status.state == JobState.SUBMIT_FAILED:
+        if (
+            detail
+            or status.elements
+            or prog.unreadable
+            or prog.unmatched
+            or failing
+            or status.state == JobState.SUBMIT_FAILED
+        ):
             _show_problems(status, detail)
         elif _is_parameter_server(prog):
             _show_parameter_server(label, prog)
@@ -191,6 +198,8 @@ def _show_run(label: str, run: RunStatus | Element, detail: bool) -> None:
     _show_stragglers(label, prog)
     for problem in prog.unreadable:
         print(f"  {label}: {printable(problem.replace(run.run_dir + '/', ''))}")
+    if prog.unmatched:
+        print(f"  {label}: {prog.unmatched}")
     if run.failed_ranks is not None:
         _show_failed(label, run.state, run.failed_ranks, detail)
     if detail:
