@@ -312,6 +312,7 @@ class CommandRank:
         grace_ends: float | None = None
         killed_at: float | None = None
         stopped = False
+        client_steps = False  # the child reports its own steps (hpctrain.client): no made-up ones
         while child.poll() is None:
             now = time.monotonic()
             if grace_ends is None and self.preemption_asked():
@@ -326,7 +327,8 @@ class CommandRank:
                 next_sample = now + SAMPLE_S
                 cpu, stopped = tree_usage(child.pid)
                 if (self.output_bytes, cpu) != seen and not stopped:
-                    if beat is not None:
+                    client_steps = client_steps or (beat is not None and beat.stepped_by_another())
+                    if beat is not None and not client_steps:
                         beat.mark("running", step)
                     step += 1
                     seen = (self.output_bytes, cpu)

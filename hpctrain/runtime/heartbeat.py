@@ -122,6 +122,11 @@ class RankHeartbeat:
             self._step_s,
         )
 
+    def stepped_by_another(self) -> bool:
+        """Whether another process wrote a step into this slot since this object last did: the command
+        wrapper's child reporting through hpctrain.client, whose steps are then the real ones."""
+        return PROGRESS.unpack_from(self._map, self._offset + PROGRESS_AT)[1] != self._step
+
     def tick(self, now: float, alive: bool = True) -> None:
         """Mark the rank alive now (unless `alive` is false: a command's stopped child), and write the
         node's file when this process holds the lease and its interval has passed."""

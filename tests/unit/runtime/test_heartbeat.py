@@ -25,6 +25,7 @@ from hpctrain.rundir.slots import (
     IDENT,
     LEASE_S,
     MAGIC,
+    PHASE_CODE,
     PHASES,
     PROGRESS,
     PROGRESS_AT,
@@ -311,3 +312,16 @@ def test_the_writer_writes_at_once_when_a_rank_of_its_node_stops_ticking(
         assert (abs(written.time - (now + 0.25)) < 1e-3) is rewritten, stopped_after
         writer.tick(now + 0.5)  # the same silent rank: no further write before the interval
         assert RunDir(run_dir).read_heartbeats()[0].time == written.time  # type: ignore[union-attr]
+
+
+def test_a_step_written_by_another_process_is_seen_as_such(slot_dir: Path, tmp_path: Path) -> None:
+    """A command's child that reports through hpctrain.client writes its steps into the wrapper's slot:
+    the wrapper sees that and stops marking its own made-up steps over them."""
+    beat = RankHeartbeat(where(tmp_path, rank=2, local_rank=1))
+    beat.mark("running", 4)
+    assert not beat.stepped_by_another()
+    offset = HEADER_SIZE + 1 * SLOT_SIZE + PROGRESS_AT
+    now = time.time()
+    slots.put(beat._map, offset, PROGRESS, PHASE_CODE["running"], 117, now, now, 0.5)
+    assert beat.stepped_by_another()
+    beat.leave()
