@@ -11,8 +11,10 @@ Pairs of jobs (2 nodes x 2 ranks, gloo) run one after the other, the order of ea
   torch.distributed.run --nnodes=2 --nproc-per-node=2 --rdzv-backend=c10d`` on the same script.
 
 The script prints one line before it imports anything but ``os`` and ``time`` (its rank and
-``time.time()``), then initialises gloo, meets the others at a barrier and exits. For each job:
-``start``, the seconds from the batch script's start to that first line on the slowest rank, and
+``time.time()``), then initialises gloo, meets the others at a barrier, prints a second line and
+exits. For each job: ``start``, the seconds from the batch script's start to that first line on the
+slowest rank; ``barrier``, to the slowest rank's line after the barrier (torchrun's workers print
+their first line only after its own rendezvous, so this is where the two have done the same work);
 ``total``, to the job's end (sacct's End, whole seconds). For hpctrain also ``to srun``: from the
 batch script's start to the attempt's start line in attempts.jsonl (written just before srun).
 Prints the medians, the median of the pairs' hpctrain/torchrun ratios and a markdown row.
@@ -37,6 +39,7 @@ REPO = Path(__file__).resolve().parent.parent
 KINDS = ("hpctrain", "torchrun")
 BATCH_START = "BENCH_BATCH_START"
 FIRST_LINE = "BENCH_FIRST_LINE"
+BARRIER = "BENCH_BARRIER"
 
 SCRIPT = f"""
 import os, time
@@ -44,6 +47,7 @@ os.write(1, f"{FIRST_LINE} {{os.environ.get('RANK')}} {{time.time()}}\\n".encode
 import torch.distributed as dist
 dist.init_process_group("gloo")
 dist.barrier()
+os.write(1, f"{BARRIER} {{os.environ.get('RANK')}} {{time.time()}}\\n".encode())
 dist.destroy_process_group()
 """
 
@@ -75,8 +79,9 @@ srun --ntasks=2 --ntasks-per-node=1 python -m torch.distributed.run --nnodes=2 -
 """
 
 
-def first_lines(text: str) -> list[float]:
-    return [float(seconds) for seconds in re.findall(rf"^{FIRST_LINE} \S+ ([0-9.]+)$", text, re.MULTILINE)]
+def stamps(text: str, marker: str) -> list[float]:
+    """The times of the ranks' lines that start with `marker` (`MARKER RANK SECONDS`)."""
+    return [float(seconds) for seconds in re.findall(rf"^{marker} \S+ ([0-9.]+)$", text, re.MULTILINE)]
 
 
 def batch_start(text: str) -> float:
@@ -93,10 +98,12 @@ def job_end(job_id: str) -> float:
     return datetime.fromisoformat(out[0]).timestamp()
 
 
-def measured(job_id: str, began: float, lines: list[float]) -> dict[str, float]:
-    if len(lines) != 4:
-        raise SystemExit(f"job {job_id}: {len(lines)} first lines, not 4")
-    return {"start": max(lines) - began, "total": job_end(job_id) - began}
+def measured(job_id: str, began: float, output: str) -> dict[str, float]:
+    """Batch start to the slowest rank's first line (`start`), past the barrier, and to the job's end."""
+    lines, barriers = stamps(output, FIRST_LINE), stamps(output, BARRIER)
+    if len(lines) != 4 or len(barriers) != 4:
+        raise SystemExit(f"job {job_id}: {len(lines)} first lines and {len(barriers)} barrier lines, not 4")
+    return {"start": max(lines) - began, "barrier": max(barriers) - began, "total": job_end(job_id) - began}
 
 
 def run_hpctrain(folder: Path, env: dict[str, str]) -> dict[str, float]:
@@ -114,7 +121,7 @@ def run_hpctrain(folder: Path, env: dict[str, str]) -> dict[str, float]:
         if json.loads(line)["event"] == "start"
     )
     job_id = str(submitted["job_id"])
-    return {**measured(job_id, began, first_lines(ranks)), "to srun": attempt - began}
+    return {**measured(job_id, began, ranks), "to srun": attempt - began}
 
 
 def run_torchrun(folder: Path, env: dict[str, str]) -> dict[str, float]:
@@ -124,24 +131,35 @@ def run_torchrun(folder: Path, env: dict[str, str]) -> dict[str, float]:
     text = log.read_text() if log.exists() else ""
     if proc.returncode != 0:
         raise SystemExit(f"torchrun job failed: {proc.stderr[-2000:]} {text[-2000:]}")
-    return measured(proc.stdout.strip().split(";")[0], batch_start(text), first_lines(text))
+    return measured(proc.stdout.strip().split(";")[0], batch_start(text), text)
 
 
-def markdown_row(found: dict[str, list[dict[str, float]]], ratio: float, pairs: int) -> str:
+def paired_ratio(found: dict[str, list[dict[str, float]]], key: str) -> float:
+    """The median of the pairs' hpctrain / torchrun ratios of `key`, printed with each pair's."""
+    ratios = [a[key] / b[key] for a, b in zip(found["hpctrain"], found["torchrun"], strict=True)]
+    ratio = statistics.median(ratios)
+    print(
+        f"hpctrain / torchrun {key}: median of the pairs' ratios {ratio:.3f} {[round(r, 2) for r in ratios]}"
+    )
+    return ratio
+
+
+def markdown_row(found: dict[str, list[dict[str, float]]], ratio: dict[str, float], pairs: int) -> str:
     median = {
-        kind: {key: statistics.median(job[key] for job in jobs) for key in ("start", "total")}
+        kind: {key: statistics.median(job[key] for job in jobs) for key in ratio}
         for kind, jobs in found.items()
     }
     hpc, hand = median["hpctrain"], median["torchrun"]
     figure = (
-        f"batch start to first line, slowest of 4 ranks: hpctrain {hpc['start']:.2f} s, hand `srun torchrun` "
-        f"{hand['start']:.2f} s; **{ratio:.2f}x** (paired, {pairs} pairs); "
-        f"to job end {hpc['total']:.1f} s vs {hand['total']:.1f} s"
+        f"**{ratio['start']:.2f}** ({hpc['start']:.2f} / {hand['start']:.2f} s); past the first barrier "
+        f"{ratio['barrier']:.2f} ({hpc['barrier']:.2f} / {hand['barrier']:.2f} s); to the job's end "
+        f"{ratio['total']:.2f} ({hpc['total']:.1f} / {hand['total']:.1f} s)"
     )
     return (
-        f"| Command job start vs `srun torchrun` by hand (2 nodes x 2 ranks, gloo) | {figure} | "
-        f"{datetime.now():%Y-%m-%d} | CPU 2 cores (local cluster) | "
-        "`python benchmarks/bench_command_start.py` |"
+        "| A command job's start, batch script to the slowest rank's first line (2 nodes x 2 ranks, gloo), "
+        f"hpctrain (`launcher: srun`) / hand-written `srun torchrun`, median of {pairs} pairs' ratios | "
+        f"{figure} | {datetime.now():%Y-%m-%d} | CPU 2 cores (local cluster), load "
+        f"{os.getloadavg()[0]:.1f} | `python benchmarks/bench_command_start.py --pairs {pairs}` |"
     )
 
 
@@ -167,11 +185,7 @@ def main() -> None:
         for key in jobs[0]:
             values = [round(job[key], 2) for job in jobs]
             print(f"{kind:8s} {key:6s} median {statistics.median(values):6.2f} s {values}")
-    ratios = [a["start"] / b["start"] for a, b in zip(found["hpctrain"], found["torchrun"], strict=True)]
-    ratio = statistics.median(ratios)
-    print(
-        f"hpctrain / torchrun start, median of the pairs' ratios: {ratio:.3f} {[round(r, 2) for r in ratios]}"
-    )
+    ratio = {key: paired_ratio(found, key) for key in ("start", "barrier", "total")}
     print(markdown_row(found, ratio, args.pairs))
 
 
