@@ -231,7 +231,11 @@ def main(argv: list[str]) -> int:
     preemption = argv[1]
 
     def on_preempt(signum: int, frame: object) -> None:
-        say(f"SIG{preemption} received, asking the runtime to checkpoint")
+        # os.write, not print: the handler may run in the middle of a print to the same stream.
+        os.write(
+            sys.stdout.fileno(),
+            f"hpctrain: SIG{preemption} received, asking the runtime to checkpoint\n".encode(),
+        )
         run.preempt_flag.touch()
 
     # First thing: the batch shell forwards Slurm's signal, whose default action would end us.
