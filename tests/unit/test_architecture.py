@@ -17,7 +17,7 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpctrain"
 
-LOGIN = frozenset({"api", "cli", "launch", "runs", "sweep", "site", "report"})
+LOGIN = frozenset({"api", "cli", "submission", "tracking", "sweep", "site", "report"})
 ALLOCATION = frozenset({"supervisor", "runtime", "command"})
 # The shared column, lowest first: a package imports only the ones before it, at the top of a module,
 # inside a function or under TYPE_CHECKING alike (the job states live with the run record, in rundir).
@@ -106,7 +106,7 @@ def passes_in_a_fresh_interpreter(code: str) -> None:
 
 
 def test_the_rule_itself() -> None:
-    assert allowed("cli", "runs") and allowed("runtime", "rundir") and allowed("supervisor", "scheduler")
+    assert allowed("cli", "tracking") and allowed("runtime", "rundir") and allowed("supervisor", "scheduler")
     assert not allowed("supervisor", "runtime") and not allowed("runtime", "supervisor")
     assert not allowed("sweep", "supervisor") and not allowed("runtime", "cli")
     assert not allowed("rundir", "runtime") and not allowed("spec", "cli")
@@ -207,9 +207,9 @@ VIEW_ALLOWED = CLI_ALLOWED | {
     "hpctrain.rundir",
     "hpctrain.rundir.attempts",
     "hpctrain.rundir.stragglers",
-    "hpctrain.runs.health",
-    "hpctrain.runs.poll",
-    "hpctrain.runs.status",
+    "hpctrain.tracking.health",
+    "hpctrain.tracking.poll",
+    "hpctrain.tracking.status",
     "hpctrain.scheduler",
     "hpctrain.scheduler.base",
 }
@@ -242,8 +242,8 @@ def test_the_cli_verbs_import_only_the_api_the_errors_and_the_cli_formatting() -
 
 
 def test_the_cli_rule_sees_a_verb_that_goes_around_the_api(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setitem(IMPORTS, "hpctrain.cli.submit_cmd", {"hpctrain.launch.submission.submit"})
-    assert stray_cli_imports() == ["hpctrain.cli.submit_cmd imports hpctrain.launch.submission"]
+    monkeypatch.setitem(IMPORTS, "hpctrain.cli.submit_cmd", {"hpctrain.submission.submit_path.submit"})
+    assert stray_cli_imports() == ["hpctrain.cli.submit_cmd imports hpctrain.submission.submit_path"]
 
 
 def test_importing_hpctrain_or_building_a_verb_parser_imports_no_api() -> None:
@@ -278,7 +278,7 @@ def test_polling_runs_loads_neither_the_spec_nor_the_templates(tmp_path: Path) -
         "import os, sys; os.environ['HPCTRAIN_HOME'] = sys.argv[1]\n"
         "from hpctrain.cli.main import main\n"
         "from hpctrain.scheduler import select_backend\n"
-        "import hpctrain.runs.status, hpctrain.runs.poll, hpctrain.scheduler.slurm.nodes\n"
+        "import hpctrain.tracking.status, hpctrain.tracking.poll, hpctrain.scheduler.slurm.nodes\n"
         "select_backend('slurm'); main(['status'])\n"
         "assert 'hpctrain.scheduler.local' not in sys.modules, 'the local backend was imported'\n"
         "select_backend('local')\n"

@@ -132,8 +132,8 @@ def test_ranks_zero_leaves_the_other_ranks_idle(tmp_path: Path) -> None:
 
 def test_the_local_script_of_a_command_job_runs_the_wrapper_and_is_shellcheck_clean(tmp_path: Path) -> None:
     from hpctrain import spec
-    from hpctrain.launch.submission import FUNCTION_COMMAND
     from hpctrain.scheduler.render import render
+    from hpctrain.submission.submit_path import FUNCTION_COMMAND
     from tests.conftest import SITES
     from tests.unit.scheduler.test_render import shellcheck
 

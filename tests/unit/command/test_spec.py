@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hpctrain import spec
 from hpctrain.errors import SpecError
-from hpctrain.launch.submission import load_and_resolve, load_job
+from hpctrain.submission.submit_path import load_and_resolve, load_job
 
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
 
