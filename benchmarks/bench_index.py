@@ -25,8 +25,8 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from benchmarks.bench_cli import FLOOR, timed  # noqa: E402
-from hpctrain.runs.index import Index  # noqa: E402
-from hpctrain.runs.index_lines import Added, Changed, encode_lines  # noqa: E402
+from hpctrain.tracking.index import Index  # noqa: E402
+from hpctrain.tracking.index_lines import Added, Changed, encode_lines  # noqa: E402
 
 DAY = 24 * 3600
 

@@ -42,7 +42,7 @@ def populate(home: Path, tracked: int, metrics_mb: int) -> None:
     """Runs ended within the last day (status shows them), each with a big sparse metrics file."""
     sys.path.insert(0, str(REPO))
     from hpctrain.rundir import Result, RunDir, metric_line
-    from hpctrain.runs.index import Index, Run
+    from hpctrain.tracking.index import Index, RunRecord
 
     index = Index(home)
     now = time.time()
@@ -66,7 +66,7 @@ def populate(home: Path, tracked: int, metrics_mb: int) -> None:
         run.write_result(Result(step=400, steps=400, final_loss=0.025, eval_accuracy=0.97))
         state = "COMPLETED" if number % 10 else "FAILED"
         index.add(
-            Run(
+            RunRecord(
                 run_id=run_id,
                 job_id=str(100000 + number),
                 name=f"bench{number}",

@@ -30,7 +30,7 @@ def populate(home: Path, tracked: int, lines: int) -> None:
 
     from hpctrain.rundir import AttemptLine, Result, RunDir, metric_line
     from hpctrain.rundir.io import append_line
-    from hpctrain.runs.index import Index, Run
+    from hpctrain.tracking.index import Index, RunRecord
 
     index = Index(home)
     now = time.time()
@@ -58,7 +58,7 @@ def populate(home: Path, tracked: int, lines: int) -> None:
         append_line(run.attempts, AttemptLine(attempt=0, event="end", time=end, outcome=outcome, step=lines))
         run.write_result(Result(step=lines, steps=lines, final_loss=1.0 / lines))
         records.append(
-            Run(
+            RunRecord(
                 run_id=run_id,
                 job_id=str(100000 + number),
                 name=f"bench{number}",

@@ -15,24 +15,23 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from hpctrain.errors import BackendError, FunctionFailed, HpctrainError, InputError, SpecError
-from hpctrain.launch import api_edge as edge
 from hpctrain.scheduler import NAMES  # costs no backend import
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind
+from hpctrain.submission import api_edge as edge
 
 if TYPE_CHECKING:
     # Imported where used: `import hpctrain.api` must cost the CLI nothing it does not use.
     from hpctrain import spec
-    from hpctrain.launch.submission import JobSource, Request
     from hpctrain.report.build import Written
-    from hpctrain.rundir import MetricLine, Result, RunDir, SweepRecord
-    from hpctrain.rundir import Run as RunRecord
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.logs import LogMerger
-    from hpctrain.runs.status import RunStatus
+    from hpctrain.rundir import MetricLine, Result, RunDir, RunRecord, SweepRecord
     from hpctrain.site.doctor import Finding
     from hpctrain.site.lookup import SiteEntry
     from hpctrain.spec import FieldDoc
+    from hpctrain.submission.submit_path import JobSource, Request
     from hpctrain.sweep.status import SweepStatus, TrialStatus
+    from hpctrain.tracking.index import Index
+    from hpctrain.tracking.logs import LogMerger
+    from hpctrain.tracking.status import RunStatus
 
 __all__ = [
     "AFTER_KINDS",
@@ -181,8 +180,8 @@ def fields(what: Literal["job", "site", "files"], under: str = "") -> list[Field
 def run_index() -> Index:
     """The index of this user's runs (index.jsonl and its archive): check, compact, adopt cut-short
     submits. Warnings about unreadable lines are left to its check."""
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.index_lines import silence_warnings
+    from hpctrain.tracking.index import Index
+    from hpctrain.tracking.index_lines import silence_warnings
 
     silence_warnings()
     return Index()
@@ -200,7 +199,7 @@ def spec_json(resolved: spec.Resolved) -> str:
 def load_job(job: JobSource, overrides: Sequence[str] = ()) -> spec.JobSpec:
     """The job as a typed `JobSpec`, with `overrides` (`dotted.key=value`, as `--set` on the command line)
     applied; a path, an example's name, a JobSpec or a mapping. Bad input raises SpecError."""
-    from hpctrain.launch.submission import load_job as load
+    from hpctrain.submission.submit_path import load_job as load
 
     return load(edge.job(job), edge.texts(overrides, "overrides"))[0]
 
@@ -213,7 +212,7 @@ def render(
     check: bool = True,
 ) -> Request:
     """The resolved spec and the batch script the job would submit (a dry run: nothing is written)."""
-    from hpctrain.launch.submission import prepare
+    from hpctrain.submission.submit_path import prepare
 
     job, site, overrides = edge.job(job), edge.site(site), edge.texts(overrides, "overrides")
     return prepare(job, site, overrides, edge.backend(backend), check=edge.flag(check, "check"))
@@ -239,7 +238,7 @@ def submit(
     `hpctrain submit --from`). A refusal by the scheduler raises BackendError; the run stays recorded
     as SUBMIT_FAILED.
     """
-    from hpctrain.launch.submission import submit as submit_run
+    from hpctrain.submission.submit_path import submit as submit_run
 
     job, site, overrides = edge.job(job), edge.site(site), edge.texts(overrides, "overrides")
     backend, check = edge.backend(backend), edge.flag(check, "check")
@@ -269,8 +268,8 @@ def _waits(after: object, kind: AfterKind, backend: str | None) -> list[str]:
             raise InputError(f"after: expected a Run or a job id string, not {edge.type_name(one)} {one!r}")
     if not waits:
         return []
-    from hpctrain.launch.submission import check_dependencies
-    from hpctrain.runs.index import Index
+    from hpctrain.submission.submit_path import check_dependencies
+    from hpctrain.tracking.index import Index
 
     index = Index()
     keys = [one for one in waits if isinstance(one, str)]
@@ -310,8 +309,8 @@ def submit_function(
     python, time...). A function job is not restarted after a failure unless `job` sets `restart`.
     `backend`, `after` and `after_kind` as for `submit`.
     """
-    from hpctrain.launch.submission import submit_function as submit_call
     from hpctrain.rundir.function_call import dump_call
+    from hpctrain.submission.submit_path import submit_function as submit_call
 
     call = dump_call(fn, args, kwargs or {}, ranks)
     data = dict(job or {})
@@ -344,8 +343,8 @@ def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | N
     recent ones (active, or ended within a day), or with `everything` every run, newest first, at most
     `limit`. Run directories of submits killed before they recorded their run are recorded first, as
     never submitted (only recent ones, unless every run is listed)."""
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.status import select
+    from hpctrain.tracking.index import Index
+    from hpctrain.tracking.status import select
 
     keys, everything = edge.texts(keys, "keys"), edge.flag(everything, "everything")
     limit = edge.optional(edge.count, limit, "limit")
@@ -358,7 +357,7 @@ def list_runs(keys: Sequence[str] = (), everything: bool = False, limit: int | N
 
 def find_runs(keys: Sequence[str]) -> tuple[list[Run], list[str]]:
     """The runs named by job id or run id, and the keys that name no tracked run."""
-    from hpctrain.runs.index import Index
+    from hpctrain.tracking.index import Index
 
     found, missing = Index().find(edge.texts(keys, "keys"))
     return [Run(record) for record in found], missing
@@ -402,15 +401,15 @@ class Run:
     def started_from(self) -> str | None:
         """The earlier run's checkpoint this run starts from (`submit(..., from_run=)`), in words:
         the folder, its step and run; None for a run that starts afresh."""
-        from hpctrain.launch.carry_on import linked
+        from hpctrain.submission.carry_on import linked
 
         return linked(self.record.run_dir)
 
     def status(self) -> RunStatus:
         """One poll (one scheduler query) and the run directory read: state, progress, failures."""
-        from hpctrain.runs.status import poll_statuses
+        from hpctrain.tracking.status import reconcile_statuses
 
-        return poll_statuses([self.record])[0]
+        return reconcile_statuses([self.record])[0]
 
     def wait(
         self, timeout: float | None = None, progress: Callable[[RunStatus], None] | None = None
@@ -423,10 +422,10 @@ class Run:
 
     def ended(self) -> bool:
         """Whether the run has ended, after one poll."""
-        from hpctrain.runs.index import Index
-        from hpctrain.runs.poll import ended, refresh
+        from hpctrain.tracking.index import Index
+        from hpctrain.tracking.poll import ended, poll_and_record
 
-        refresh(Index(), [self.record])
+        poll_and_record(Index(), [self.record])
         return ended(self.record)
 
     def result(self, timeout: float | None = None) -> Result | Any:
@@ -490,7 +489,7 @@ class Run:
     ) -> LogMerger:
         """Every rank's log (or one rank's, or the ranks' on one node) merged by time, each line prefixed
         `[rank N]`: `drain()` yields what is new."""
-        from hpctrain.runs.logs import LogMerger, rank_logs
+        from hpctrain.tracking.logs import LogMerger, rank_logs
 
         root = self._log_root(element)
         node = edge.optional(edge.text, node, "node")
@@ -499,7 +498,7 @@ class Run:
 
     def rank_logs(self, element: int | None = None) -> dict[int, Path]:
         """Every rank's log of the run (or of one array element), by rank."""
-        from hpctrain.runs.logs import rank_logs
+        from hpctrain.tracking.logs import rank_logs
 
         return rank_logs(self._log_root(element))
 
@@ -541,13 +540,13 @@ class Run:
         import msgspec
 
         from hpctrain.rundir import RunDir
-        from hpctrain.runs.index import Index
-        from hpctrain.runs.poll import ended, refresh
+        from hpctrain.tracking.index import Index
+        from hpctrain.tracking.poll import ended, poll_and_record
 
         out = edge.optional(edge.path, out, "out")
         tracked = self.record
         try:
-            (polled,) = refresh(Index(), [tracked])
+            (polled,) = poll_and_record(Index(), [tracked])
         except HpctrainError as err:
             print(f"hpctrain: warning: state not polled ({err}); showing the recorded one", file=sys.stderr)
         else:
@@ -584,7 +583,7 @@ def log_tail(path: Path, lines: int) -> list[str]:
 def log_chunk(path: Path, offset: int) -> bytes | None:
     """The next bounded chunk of a log from `offset` (None or empty: nothing new; a link or FIFO: None)."""
     from hpctrain.rundir import read_at
-    from hpctrain.runs.logs import CHUNK
+    from hpctrain.tracking.logs import CHUNK
 
     path, offset = edge.path(path, "path"), edge.count(offset, "offset")
     return read_at(path, offset, CHUNK)
@@ -600,7 +599,7 @@ def wait_all(
     """Poll every run (one batched query per poll) until all have ended; their last statuses.
     `progress` sees each poll; WaitTimeout after `timeout` seconds; `interval`: the longest delay;
     `goodput`: the last statuses carry the goodput split."""
-    from hpctrain.runs.status import MIN_INTERVAL_S, wait_until_ended
+    from hpctrain.tracking.status import MIN_INTERVAL_S, wait_until_ended
 
     handles = edge.handles(handles, Run, "wait_all")
     timeout, interval = (
@@ -625,24 +624,24 @@ def statuses(handles: Sequence[Run], brief: bool = False, goodput: bool = True) 
     """One poll of many runs (one scheduler query per backend); `brief`: an ended run that did not fail
     is read no further than its result (the table of many runs); `goodput`: each status carries the
     goodput split (not with `brief`)."""
-    from hpctrain.runs.status import poll_statuses
+    from hpctrain.tracking.status import reconcile_statuses
 
     handles = edge.handles(handles, Run, "statuses")
     brief, goodput = edge.flag(brief, "brief"), edge.flag(goodput, "goodput")
-    return poll_statuses([h.record for h in handles], brief=brief, goodput=goodput)
+    return reconcile_statuses([h.record for h in handles], brief=brief, goodput=goodput)
 
 
 def cancel(handles: Sequence[Run]) -> list[Run]:
     """Cancel the runs' jobs (one poll, then one scheduler call per backend); the runs whose cancel was
     asked for. A run that has already ended is left as it is (not in the list): nothing is cancelled,
     nothing recorded."""
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.poll import CANCEL_REQUESTED, ended, refresh
     from hpctrain.scheduler import select_backend
+    from hpctrain.tracking.index import Index
+    from hpctrain.tracking.poll import CANCEL_REQUESTED, ended, poll_and_record
 
     handles = edge.handles(handles, Run, "cancel")
     index = Index()
-    refresh(index, [h.record for h in handles if h.job_id])
+    poll_and_record(index, [h.record for h in handles if h.job_id])
     asked = [h for h in handles if h.job_id and not ended(h.record)]
     by_backend: dict[str, list[RunRecord]] = {}
     for handle in asked:
@@ -655,7 +654,7 @@ def cancel(handles: Sequence[Run]) -> list[Run]:
 
 def _state_text(record: RunRecord) -> str:
     """The run's state as `status` shows it: `CANCELLED (by you)` when who cancelled it is known."""
-    from hpctrain.runs.poll import CANCELLED_BY
+    from hpctrain.tracking.poll import CANCELLED_BY
 
     if record.state == "CANCELLED" and record.reason.startswith(CANCELLED_BY):
         return f"{record.state} (by {record.reason.removeprefix(CANCELLED_BY)})"
@@ -696,8 +695,8 @@ def list_sweeps(keys: Sequence[str] = (), require: bool = True, by_name: bool = 
     `by_name`, a key that names none so is a job name: every sweep of that name, newest first. An
     unknown key raises InputError, unless `require` is false (then it is left out)."""
     from hpctrain import rundir
-    from hpctrain.runs.index import Index
     from hpctrain.sweep import plan
+    from hpctrain.tracking.index import Index
 
     keys, require = edge.texts(keys, "keys"), edge.flag(require, "require")
     by_name = edge.flag(by_name, "by_name")
@@ -766,8 +765,8 @@ class Sweep:
         self, timeout: float | None = None, progress: Callable[[SweepStatus], None] | None = None
     ) -> SweepStatus:
         """Poll until every trial has ended; the last status. WaitTimeout after `timeout` seconds."""
-        from hpctrain.runs.status import MIN_INTERVAL_S
         from hpctrain.sweep.status import FINAL
+        from hpctrain.tracking.status import MIN_INTERVAL_S
 
         timeout = edge.optional(edge.seconds, timeout, "timeout")
         edge.function(progress, "progress")
@@ -802,9 +801,9 @@ class Sweep:
 
     def cancel(self) -> list[str]:
         """Cancel every array of the sweep (one scheduler call); the array job ids."""
-        from hpctrain.runs.index import Index
-        from hpctrain.runs.poll import CANCEL_REQUESTED
         from hpctrain.scheduler import select_backend
+        from hpctrain.tracking.index import Index
+        from hpctrain.tracking.poll import CANCEL_REQUESTED
 
         ids = [c.job_id for c in self.record.arrays if c.job_id]
         select_backend(self.record.backend).cancel(ids)
@@ -942,8 +941,8 @@ def write_report(target: str | Path, out: Path | None = None) -> Written:
     run id, sweep id or the path of its run directory; `out`: their folder (default: report/ in the run
     directory). Works on a run still going (a snapshot) and on one that ended; matplotlib draws them."""
     from hpctrain import rundir
-    from hpctrain.runs.index import Index, check_key
     from hpctrain.sweep import plan
+    from hpctrain.tracking.index import Index, check_key
 
     key = target if isinstance(target, str) else str(edge.path(target, "target"))
     out = edge.optional(edge.path, out, "out")
@@ -1002,16 +1001,16 @@ def __getattr__(name: str) -> Any:
 
 _STRUCTS: Mapping[str, str] = {
     "FieldDoc": "hpctrain.spec",
-    "JobSource": "hpctrain.launch.submission",
+    "JobSource": "hpctrain.submission.submit_path",
     "JobSpec": "hpctrain.spec",
     "JobState": "hpctrain.scheduler.base",
-    "NotTracked": "hpctrain.runs.status",
+    "NotTracked": "hpctrain.tracking.status",
     "Resources": "hpctrain.spec",
     "Train": "hpctrain.spec",
     "MAX_TRIALS": "hpctrain.spec.sweep",
     "SAMPLERS": "hpctrain.spec.sweep",
     "Resolved": "hpctrain.spec",
-    "RunStatus": "hpctrain.runs.status",
+    "RunStatus": "hpctrain.tracking.status",
     "Result": "hpctrain.rundir",
     "MetricLine": "hpctrain.rundir",
     "REQUIRED": "hpctrain.spec.docs",

@@ -91,7 +91,10 @@ def entry(name: str, thing: Any, assigned: dict[str, str]) -> str:
 
 def reference() -> str:
     # The API's own constants and aliases, and those it takes from where they are defined.
-    sources = [ROOT / "hpctrain" / "scheduler" / "base.py", ROOT / "hpctrain" / "launch" / "submission.py"]
+    sources = [
+        ROOT / "hpctrain" / "scheduler" / "base.py",
+        ROOT / "hpctrain" / "submission" / "submit_path.py",
+    ]
     defined = {name: doc for path in sources for name, doc in assigned_docs(path).items()}
     assigned = {**defined, **assigned_docs(Path(api.__file__))}
     assigned = {name: doc for name, doc in assigned.items() if name in api.__all__}

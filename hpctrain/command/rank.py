@@ -36,6 +36,7 @@ from hpctrain.rundir.slots import MAX_SLOTS, TICK_S, current_attempt, remove_nod
 from hpctrain.rundir.structs import SIGNALLED
 from hpctrain.runtime.collective_timeout import collective_timeout_s, nccl_env
 from hpctrain.runtime.heartbeat import RankHeartbeat, Where
+from hpctrain.runtime.logs import redirect
 from hpctrain.spec.slurm_values import signal_name
 
 SAMPLE_S = 1.0
@@ -184,16 +185,8 @@ class CommandRank:
     def redirect(self) -> None:
         """Under torchrun (HPCTRAIN_REDIRECT_LOGS), this process's own stdout and stderr go to the rank's
         log, as srun's --output does for the srun launcher: the child's output and ours land there."""
-        if self.env.get("HPCTRAIN_REDIRECT_LOGS") != "1":
-            return
-        path = self.run.rank_log(self.rank)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-        os.dup2(fd, 1)
-        os.dup2(fd, 2)
-        os.close(fd)
+        if self.env.get("HPCTRAIN_REDIRECT_LOGS") == "1":
+            redirect(self.run.root, self.rank)
 
     def output(self) -> IO[bytes]:
         """Where the child's output goes: this process's stdout, which is the rank's log."""

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from hpctrain.report.build import FOLDER, Trial, Written, report_trials
 from hpctrain.report.summary import Subject
-from hpctrain.runs.poll import TERMINAL_NAMES
 from hpctrain.sweep.grid import Value, describe
 from hpctrain.sweep.plan import trial_dir
 from hpctrain.sweep.status import survey
+from hpctrain.tracking.poll import TERMINAL_NAMES
 
 if TYPE_CHECKING:
     from hpctrain.rundir import SweepRecord

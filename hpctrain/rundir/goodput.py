@@ -29,7 +29,7 @@ from hpctrain.rundir.attempts import CLOCK_SLACK_S, History, Outcome
 from hpctrain.rundir.io import decode_line, whole_lines
 from hpctrain.rundir.lines import EventLine, TrainLine
 from hpctrain.rundir.run_dir import RunDir
-from hpctrain.rundir.structs import AttemptLine, Run
+from hpctrain.rundir.structs import AttemptLine, RunRecord
 
 PARTS = ("scheduling", "startup", "training", "rollback", "checkpoint", "detection")
 """The parts, in the order they are shown; each is a `<part>_s` field of :class:`Parts`."""
@@ -157,7 +157,7 @@ def read_metric_events(run: RunDir) -> list[TrainLine | EventLine]:
 
 def submission_time(run: RunDir) -> float | None:
     record = run.read_record()
-    return record.submitted_at if isinstance(record, Run) else None
+    return record.submitted_at if isinstance(record, RunRecord) else None
 
 
 def split(run: RunDir, submitted_at: float | None = None, now: float | None = None) -> GoodputSplit | None:

@@ -34,7 +34,7 @@ from hpctrain.rundir.structs import (
     LogProgressState,
     PreflightReport,
     Result,
-    Run,
+    RunRecord,
     SpecSummary,
     SubmitInfo,
     Unreadable,
@@ -205,7 +205,7 @@ class RunDir:
     def write_failure(self, report: FailureReport) -> Path:
         return self._write(self.failure(report.rank), report)
 
-    def write_record(self, record: Run) -> Path:
+    def write_record(self, record: RunRecord) -> Path:
         return self._write(self.record, record)
 
     def write_heartbeat(self, beat: Heartbeat) -> Path:
@@ -241,8 +241,8 @@ class RunDir:
             return None
         return read_json(self._file(file_names.LOG_PROGRESS), LogProgressState, below=self.top)
 
-    def read_record(self) -> Run | Unreadable | None:
-        return read_json(self.record, Run, below=self.top)
+    def read_record(self) -> RunRecord | Unreadable | None:
+        return read_json(self.record, RunRecord, below=self.top)
 
     def read_submit_info(self) -> SubmitInfo | Unreadable | None:
         return read_json(self.submit_info, SubmitInfo, below=self.top)

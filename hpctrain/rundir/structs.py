@@ -287,7 +287,7 @@ class RestartSummary(msgspec.Struct, kw_only=True):
     on fewer nodes than the job asked for."""
 
 
-class Run(msgspec.Struct, kw_only=True, omit_defaults=True):
+class RunRecord(msgspec.Struct, kw_only=True, omit_defaults=True):
     """One run: its line in the login node's index (index.jsonl, with `"op": "add"`) and its own
     record.json in the run directory. Lines and records of earlier versions decode as this."""
 

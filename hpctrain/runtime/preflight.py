@@ -102,8 +102,14 @@ def gres_files(node: str) -> list[str]:
     return files
 
 
-def count_gpus(node: str) -> tuple[int, str]:
-    """(GPUs this node shows, how it was seen): CUDA, /dev/nvidia*, else the gres device files."""
+UNCHECKED_IN_CONTAINER = (
+    "not checked: no CUDA, no /dev/nvidia* and no slurmd in the container to read gres.conf"
+)
+
+
+def count_gpus(node: str) -> tuple[int | None, str]:
+    """(GPUs this node shows, how it was seen): CUDA, /dev/nvidia*, else the gres device files;
+    None when nothing here can tell (a container without CUDA on fake GPUs)."""
     import torch
 
     if torch.cuda.is_available():
@@ -111,6 +117,10 @@ def count_gpus(node: str) -> tuple[int, str]:
     devices = [p for p in glob.glob("/dev/nvidia[0-9]*") if p[len("/dev/nvidia") :].isdigit()]
     if devices:
         return len(devices), "/dev/nvidia* (CUDA unavailable)"
+    if os.environ.get("HPCTRAIN_CONTAINER") and slurmd_binary() is None:
+        # Inside the container neither gres.conf nor its device files can be seen: no evidence of a
+        # missing GPU (fake GPUs on the host pass this check there), so the node is not failed.
+        return None, UNCHECKED_IN_CONTAINER
     files = [p for p in gres_files(node) if os.path.exists(p)]
     return len(files), "gres.conf device files (no CUDA: fake or CPU-only)"
 
@@ -185,7 +195,8 @@ def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
     elif info.hostname in env.get("HPCTRAIN_PREFLIGHT_HIDE_GPUS", "").split(","):
         seen, source = 0, "HPCTRAIN_PREFLIGHT_HIDE_GPUS (test hook)"
     elif info.local_rank == 0:
-        seen, source = count_gpus(info.hostname)
+        counted, source = count_gpus(info.hostname)
+        seen = asked if counted is None else counted
     else:  # one rank per node looks, the others would only repeat it
         seen, source = asked, "checked by local rank 0"
     facts = NodeFacts(
@@ -203,6 +214,8 @@ def check_node(info: bootstrap.DistInfo, env: dict[str, str]) -> NodeFacts:
         facts.problems.append(f"{asked} GPUs allocated, {seen} visible ({source})")
     if asked and source == "torch.cuda" and info.local_rank == 0:
         facts.problems += gpu_health()
+    elif asked and source == UNCHECKED_IN_CONTAINER:
+        facts.warnings.append(f"GPUs {source}")
     elif asked and source.startswith("gres.conf"):
         facts.warnings.append(f"{seen} GPU device files, no CUDA device: fake GPUs or a driver problem")
     down = [p for p in facts.ib_ports if not p.endswith("ACTIVE")]

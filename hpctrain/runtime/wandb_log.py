@@ -15,7 +15,7 @@ from pathlib import Path
 
 import msgspec
 
-from hpctrain.rundir import ARRAY_ELEMENT, EventLine, MetricLine, Run, RunDir
+from hpctrain.rundir import ARRAY_ELEMENT, EventLine, MetricLine, RunDir, RunRecord
 from hpctrain.runtime.tensorboard_log import GuardedSink
 from hpctrain.spec import Train
 
@@ -31,11 +31,11 @@ def run_id(run_dir: Path) -> str:
     root = RunDir(run_dir)
     record = root.read_record()
     element = ARRAY_ELEMENT.key(root.root.name)
-    if not isinstance(record, Run) and element is not None:
+    if not isinstance(record, RunRecord) and element is not None:
         parent = RunDir(root.root.parent).read_record()
-        if isinstance(parent, Run):
+        if isinstance(parent, RunRecord):
             return _safe(f"{parent.run_id}-{element}")
-    return _safe(record.run_id if isinstance(record, Run) else root.root.name)
+    return _safe(record.run_id if isinstance(record, RunRecord) else root.root.name)
 
 
 def _safe(name: str) -> str:

@@ -14,6 +14,7 @@ import msgspec
 from hpctrain.errors import RenderError
 from hpctrain.rundir.names import BATCH_LOG, LOGS, SLURM_ARRAY_BATCH_LOG, SLURM_PREFLIGHT_LOG, template_files
 from hpctrain.scheduler.job_comment import carrying_comment
+from hpctrain.scheduler.rank_program import rank_program
 from hpctrain.spec import Container, Resolved, Site
 from hpctrain.spec.job import SLURM_TASK_LAUNCHERS
 from hpctrain.spec.resources import data_folder
@@ -225,16 +226,10 @@ def batch_options(resolved: Resolved, run_dir: Path, array_offset: int = 0) -> B
 
 
 class ContainerLaunch(msgspec.Struct, frozen=True):
-    """How a rank step enters the job's container: each piece already shell-quoted for the templates.
-
-    `srun_options` go between `srun` and the command (pyxis, Slurm's OCI support), `exec_prefix`
-    before the interpreter (apptainer exec ... IMAGE), `exports` are lines run before the steps.
-    """
+    """What the batch script itself says of the job's container: its runtime and the lines it
+    exports before the supervisor starts (the steps' container words: scheduler.slurm.steps)."""
 
     runtime: str
-    srun_options: str = ""
-    exec_prefix: str = ""
-    python: str = '"$PYTHON"'
     exports: tuple[str, ...] = ()
 
 
@@ -250,51 +245,16 @@ def mountable(run_dir: str | Path, container: Container) -> str:
     return text
 
 
-def container_launch(container: Container, run_dir: str, gpus: bool) -> ContainerLaunch:
-    """The container words of every rank step (docs/containers.md); the run directory is mounted at its
-    own path, so the ranks and the host supervisor share it."""
+def container_launch(container: Container) -> ContainerLaunch:
+    """The container lines of the batch script (docs/containers.md)."""
     if not container.enabled:
         return ContainerLaunch("none")
-    image = container.image or ""
-    python = shell_quote(container.python)
-    if container.runtime == "oci":
-        return ContainerLaunch("oci", srun_options=f"--container={shell_quote(image)}", python=python)
-    mountable(run_dir, container)
-    mounts = [(run_dir, run_dir, False)] + [(m.source, m.target, m.readonly) for m in container.bind_mounts]
-    binds = [f"{source}:{target}{':ro' if readonly else ''}" for source, target, readonly in mounts]
-    if container.runtime == "pyxis":
-        options = [
-            f"--container-image={image}",
-            f"--container-mounts={','.join(binds)}",
-            "--container-writable" if container.writable else "--container-readonly",
-        ]
-        if container.workdir:
-            options.append(f"--container-workdir={container.workdir}")
-        if container.env:
-            options.append(f"--container-env={','.join(container.env)}")
-        # One unpacked copy per node for the whole job: the container check, every attempt and the
-        # warm standby reuse it instead of unpacking the image again. The job id in the name keeps a
-        # site's container_scope=global from handing a later job this job's image.
-        named = '"--container-name=hpctrain-$SLURM_JOB_ID"'
-        return ContainerLaunch(
-            "pyxis", srun_options=" ".join([*(shell_quote(o) for o in options), named]), python=python
-        )
-    words = ["apptainer", "exec"]
-    for bind in binds:
-        words += ["--bind", bind]
-    if container.workdir:
-        words += ["--pwd", container.workdir]
-    if container.writable:
-        words.append("--writable-tmpfs")
-    if gpus:
-        words.append("--nv")
-    words.append(image)
     # APPTAINERENV_NAME sets NAME inside the container over the image's own value, whatever it holds
     # (apptainer's --env splits its list on commas).
-    exports = tuple(f'export APPTAINERENV_{name}="${{{name}-}}"' for name in container.env)
-    return ContainerLaunch(
-        "apptainer", exec_prefix=" ".join(shell_quote(w) for w in words), python=python, exports=exports
-    )
+    exports: tuple[str, ...] = ()
+    if container.runtime == "apptainer":
+        exports = tuple(f'export APPTAINERENV_{name}="${{{name}-}}"' for name in container.env)
+    return ContainerLaunch(container.runtime, exports=exports)
 
 
 def context(
@@ -322,6 +282,7 @@ def context(
     # preflight hands over to the runtime in the same process).
     command = job.command is not None
     preflight = preflight and not command
+    mountable(slurm_directive_path(run_dir), job.container)  # `render` refuses what submit would
     return {
         "version": __version__,
         "job": job,
@@ -346,7 +307,7 @@ def context(
         "early_stop": bool(job.array and job.sweep and job.sweep.early_stop),
         "files": template_files(),
         "preflight": preflight and not heterogeneous,
-        "rank_module": "hpctrain.command" if command else "hpctrain.runtime",
+        "rank_program": rank_program(resolved, preflight=False),
         # Parameter-server steps too: the watchdog gives up on a lost worker alone (supervisor/components.py).
         "watchdog": job.watchdog.enabled,
         # Only where a restart relaunches the same srun step: supervised, no torchrun or MPI world.
@@ -357,9 +318,7 @@ def context(
         and not command,
         "standby_signal": standby_go_signal(resolved.preemption.signal),
         "expedited_requeue": expedited(resolved),
-        "container": container_launch(
-            job.container, slurm_directive_path(run_dir), bool(job.resources.gpus_per_node)
-        ),
+        "container": container_launch(job.container),
     }
 
 

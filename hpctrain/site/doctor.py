@@ -12,10 +12,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from hpctrain.launch.submission import submit_doctor_job
 from hpctrain.rundir import PreflightReport, RunDir, Unreadable
-from hpctrain.runs.index import Index, Run
-from hpctrain.runs.poll import ended, refresh
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import Backend
 from hpctrain.scheduler.render import DoctorJob
@@ -33,6 +30,9 @@ from hpctrain.scheduler.slurm.facts import (
 from hpctrain.spec import Site
 from hpctrain.spec.job import CONTAINER_RUNTIMES
 from hpctrain.spec.slurm_values import memory_mb, time_minutes
+from hpctrain.submission.submit_path import submit_doctor_job
+from hpctrain.tracking.index import Index, RunRecord
+from hpctrain.tracking.poll import ended, poll_and_record
 from hpctrain.version import __version__
 
 BAD_STATES = ("DOWN", "DRAIN", "FAIL", "NOT_RESPONDING", "INVAL", "UNKNOWN", "NO_RESPOND")
@@ -216,13 +216,13 @@ def run_preflight(
     return str(report) if isinstance(report, Unreadable) else report
 
 
-def waited(run: Run, index: Index, timeout: float, longest_delay: float = 2.0) -> bool:
+def waited(run: RunRecord, index: Index, timeout: float, longest_delay: float = 2.0) -> bool:
     """Poll the run through its backend (states recorded in the index) until it ends: False when
     `timeout` seconds pass first. The delay between polls grows from 0.25 s to `longest_delay`."""
     deadline = time.monotonic() + timeout
     delay = 0.25
     while True:
-        refresh(index, [run])
+        poll_and_record(index, [run])
         if ended(run):
             return True
         left = deadline - time.monotonic()

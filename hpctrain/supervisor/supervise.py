@@ -1,16 +1,12 @@
-"""The batch script's supervisor: classify how a training step ended and decide what comes next.
+"""The supervisor's decisions: classify how a training step ended and decide what comes next.
 
-``python -m hpctrain.supervisor.supervise begin`` (once, at the start of an allocation) and
-``... end STATUS`` (after each srun step) print one line the batch script reads::
-
-    ACTION CODE ATTEMPT NNODES NODES EXCLUDE PORT PREFLIGHT_PORT
-
-ACTION is ``launch`` (a new srun step, attempt ATTEMPT, on NNODES nodes NODES, rendezvous on PORT
-and preflight's on PREFLIGHT_PORT: see ``rundir/ports.py``), ``requeue`` (requeuehold the job
-with ExcNodeList += EXCLUDE), ``done`` or ``fail`` (exit CODE). Empty lists print as ``-``. Every
-attempt gets an ``AttemptLine`` start before its step and an end after it in attempts.jsonl; an
-attempt that started and never ended lost its allocation (Slurm requeued the job after its batch
-host died) and is recorded as a node failure by the next ``begin``.
+The attempt loop (``hpctrain.supervisor.attempt_loop``) calls :meth:`Job.begin` once, at the start of
+an allocation, and :meth:`Job.end` after each training step. Each returns a :class:`Decision`:
+``launch`` (a new step, attempt ``attempt``, on ``nodes``, rendezvous on ``ports``: see
+``rundir/ports.py``), ``requeue`` (requeuehold the job with ExcNodeList += ``exclude``), ``done`` or
+``fail`` (exit ``code``). Every attempt gets an ``AttemptLine`` start before its step and an end after
+it in attempts.jsonl; an attempt that started and never ended lost its allocation (Slurm requeued the
+job after its batch host died) and is recorded as a node failure by the next ``begin``.
 
 Torch-free and quick (it runs between steps, inside the allocation); it never imports the CLI. The
 decision itself is :func:`decide`, a pure function of the history and what the step left behind.
@@ -23,9 +19,10 @@ import sys
 import time
 from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from hpctrain.errors import HpctrainError
 from hpctrain.rundir import (
     AttemptLine,
     FailureReport,
@@ -62,6 +59,7 @@ from hpctrain.scheduler.slurm.nodes import (
     is_dead,
     job_record,
     node_records,
+    partition_nodes_left,
     slurmd_unreachable,
 )
 from hpctrain.spec.job import Restart
@@ -69,7 +67,7 @@ from hpctrain.supervisor.components import Components
 
 # When this process started: `begin` runs first thing in an allocation, so this dates the allocation.
 ALLOCATED = round(time.time(), 3)
-# The batch script's line when an attempt runs in the warm standby's steps (templates/partials/standby.j2).
+# The batch log's line when an attempt runs in the warm standby's steps (supervisor/warm_standby.py).
 WARM_STEPS = "runs in the warm standby steps"
 # A node that does not run `true` within this long is lost (srun to a dead slurmd fails or hangs).
 PROBE_TIMEOUT_S = 20.0
@@ -115,19 +113,36 @@ class StepEnd:
     latest_step: int | None = None
 
 
+# The job's exit code when a requeue would leave too few nodes to run it (docs/doctor.md).
+TOO_FEW_NODES = 3
+
+
 @dataclass(frozen=True)
 class Decision:
     action: str  # launch | requeue | done | fail
     code: int = 0
     nodes: tuple[str, ...] = ()
     exclude: tuple[str, ...] = ()
+    reason: str = ""
+    """Why the job fails although its last attempt asked for a requeue."""
+    attempt: int = 0
+    """The attempt a launch starts (set by Job, not by decide)."""
+    ports: tuple[int, int] = (0, 0)
+    """The rendezvous and preflight ports of that attempt."""
 
-    def line(self, attempt: int, ports: tuple[int, int] = (0, 0)) -> str:
-        def words(items: tuple[str, ...]) -> str:
-            return ",".join(items) or "-"
 
-        nodes = f"{len(self.nodes)} {words(self.nodes)} {words(self.exclude)}"
-        return f"{self.action} {self.code} {attempt} {nodes} {ports[0]} {ports[1]}"
+def too_few_left(available: Collection[str] | None, exclude: Collection[str], planned: int) -> str:
+    """Why a requeue without `exclude` could never start (its nodes would never be free), or "".
+
+    `available` holds the nodes the job may still be given (its partition's, less those it already
+    excludes); None when Slurm did not say, and then nothing is refused."""
+    if available is None:
+        return ""
+    left = sorted(set(available) - set(exclude))
+    if len(left) >= planned:
+        return ""
+    without = ",".join(sorted(set(exclude) & set(available))) or "no node"
+    return f"requeueing without {without} would leave {len(left)} node(s) for a job of {planned}"
 
 
 def policy_of(restart: Restart) -> Policy:
@@ -218,12 +233,15 @@ def decide(
     planned: int,
     status: int = 1,
     back: Collection[str] = (),
+    available: Collection[str] | None = None,
 ) -> Decision:
     """What comes after `last` (already in `history`; None: the allocation's first attempt).
 
     `allocation` holds the nodes of the allocation that answer, `planned` the nodes the job asked
     for, `status` the step's exit status (the job's, when it fails), `back` the lost nodes that
-    answer again: no longer excluded, so a shrunk job's requeue grows back onto them.
+    answer again: no longer excluded, so a shrunk job's requeue grows back onto them. `available`
+    holds the nodes Slurm may still give the job (see too_few_left): a requeue that would leave
+    fewer than `planned` fails the job with TOO_FEW_NODES instead of leaving it pending for good.
     """
     code = status or 1
     if last is not None:
@@ -240,13 +258,20 @@ def decide(
     returned = set(back) & set(history.lost_nodes()) - lost  # a node lost just now has not come back
     excluded = [node for node in history.excluded(policy.exclude_failed_nodes) if node not in returned]
     usable = [node for node in allocation if node not in excluded and node not in lost]
-    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.GROW_BACK, Outcome.PREFLIGHT):
+
+    def requeue() -> Decision:
+        stuck = too_few_left(available, excluded, planned)
+        if stuck:
+            return Decision("fail", TOO_FEW_NODES, reason=stuck)
         return Decision("requeue", 0, exclude=tuple(excluded))
+
+    if last is not None and last.outcome in (Outcome.PREEMPTED, Outcome.GROW_BACK, Outcome.PREFLIGHT):
+        return requeue()
     if len(usable) >= planned:
         return Decision("launch", nodes=tuple(usable[:planned]))
     if policy.shrink and usable and len(usable) >= (policy.min_nodes or 1):
         return Decision("launch", nodes=tuple(usable))
-    return Decision("requeue", 0, exclude=tuple(excluded))
+    return requeue()
 
 
 # ------------------------------------------------------------------------------------------------
@@ -447,8 +472,20 @@ def start_line(attempt: int, job_id: str, nodes: tuple[str, ...], tasks_per_node
 
 
 # ------------------------------------------------------------------------------------------------
-# The two calls of the batch script
+# The two calls of the attempt loop
 # ------------------------------------------------------------------------------------------------
+
+
+def available_nodes(job_ref: str) -> list[str] | None:
+    """The nodes Slurm may still give the job: its partition's, less its ExcNodeList; None when
+    the controller does not say (then no requeue is refused for want of nodes)."""
+    partition = os.environ.get("SLURM_JOB_PARTITION", "")
+    if not partition or "," in partition:
+        return None
+    try:
+        return sorted(partition_nodes_left(partition, job_ref))
+    except HpctrainError:
+        return None
 
 
 @dataclass
@@ -473,17 +510,25 @@ class Job:
 
     def act(
         self, history: History, last: AttemptLine | None, status: int = 1, allocated: float | None = None
-    ) -> str:
-        """Decide, record the next start when launching (with `allocated`, when the allocation
-        began, on its first), and return the batch script's line."""
+    ) -> Decision:
+        """Decide after `last` (not yet in `history`: it is recorded here, as a failure when the
+        requeue it asks for could never start), record the next start when launching (with
+        `allocated`, when the allocation began, on its first), and return the decision."""
         allocation = allocation_nodes(self.job_ref)
         if last is not None and last.outcome == Outcome.NODE_FAILURE:
             allocation = [n for n in allocation if n not in last.failed_nodes]
         back = answering_again(history.lost_nodes())
-        decision = decide(history, last, self.policy, allocation, self.planned, status, back)
+        seen = History([*history.lines, last]) if last is not None else history
+        decision = decide(seen, last, self.policy, allocation, self.planned, status, back)
+        if decision.action == "requeue" and decision.exclude:
+            available = available_nodes(self.job_ref)
+            decision = decide(seen, last, self.policy, allocation, self.planned, status, back, available)
         if last is not None:
+            if decision.reason:
+                last.outcome, last.reason = Outcome.FAILED, f"{last.reason}; {decision.reason}".lstrip("; ")
+            history.append(self.run, last)
             why = f" ({last.reason})" if last.reason else ""
-            print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr)
+            print(f"hpctrain: attempt {last.attempt} ended: {last.outcome}{why}", file=sys.stderr, flush=True)
         if last is not None and decision.action in ("launch", "requeue"):
             set_aside_failures(self.run, last.attempt)
         attempt = history.next_attempt()
@@ -494,14 +539,14 @@ class Job:
         if history.restarts() or (decision.action == "launch" and len(decision.nodes) < self.planned):
             # The very line `hpctrain status` shows (attempts.summary_line): the two never disagree.
             summary = summarize(history, policy_of(self.policy), self.planned)
-            print(f"hpctrain: {decision.action}; {summary_line(summary)}", file=sys.stderr)
-        return decision.line(attempt, self.ports(attempt))
+            print(f"hpctrain: {decision.action}; {summary_line(summary)}", file=sys.stderr, flush=True)
+        return replace(decision, attempt=attempt, ports=self.ports(attempt))
 
     def ports(self, attempt: int) -> tuple[int, int]:
         """This attempt's rendezvous ports, outside this (the batch) node's ephemeral range."""
         return job_ports(os.environ.get("SLURM_JOB_ID", "") or self.job_ref, attempt)
 
-    def begin(self) -> str:
+    def begin(self) -> Decision:
         """Start of an allocation: an attempt left open lost its allocation (a node failure)."""
         history = History.read(self.run)
         lost = history.open_attempt()
@@ -512,7 +557,6 @@ class Job:
             reason += f"; {','.join(down)} down" if down else "; no node of it is down now"
             last = end_line(lost, Outcome.NODE_FAILURE, reason, failed_nodes=down, step=latest_step(self.run))
             last.fault_time = fault_time(self.run, lost, StepEnd(status=1, failures=self._reports(lost)))
-            history.append(self.run, last)
         return self.act(history, last, allocated=ALLOCATED)
 
     def _reports(self, start: AttemptLine) -> list[FailureReport]:
@@ -520,29 +564,14 @@ class Job:
         reports = [f for f in self.run.read_failures() if isinstance(f, FailureReport)]
         return [f for f in reports if f.attempt in (None, start.attempt) and this_attempt(f, start)]
 
-    def end(self, status: int) -> str:
+    def end(self, status: int) -> Decision:
         history = History.read(self.run)
         start = history.open_attempt()
         if start is None:  # no attempt recorded (a hand-edited file): end as the step did
-            decision = Decision("done" if status == 0 else "fail", status)
-            return decision.line(history.next_attempt())
+            return Decision("done" if status == 0 else "fail", status, attempt=history.next_attempt())
         allocation = allocation_nodes(self.job_ref)
         step_end = read_step_end(self.run, status, start, allocation)
         line = classify(step_end, start, history, self.components)
         if line.outcome in FAULTS:
             line.fault_time = fault_time(self.run, start, step_end)
-        history.append(self.run, line)
         return self.act(history, line, status)
-
-
-def main(argv: list[str]) -> int:
-    if not argv or argv[0] not in ("begin", "end") or (argv[0] == "end" and len(argv) != 2):
-        print("usage: python -m hpctrain.supervisor.supervise begin | end STATUS", file=sys.stderr)
-        return 2
-    job = Job.from_env()
-    print(job.begin() if argv[0] == "begin" else job.end(int(argv[1])))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

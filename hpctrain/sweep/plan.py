@@ -23,9 +23,9 @@ from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, SpecError
 from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
 from hpctrain.rundir.structs import SweepValue as Value
-from hpctrain.runs.index import MIN_PREFIX, Index, check_key
 from hpctrain.sweep.grid import describe, parse_grid_options
 from hpctrain.sweep.samplers import check_space, points, trial_count
+from hpctrain.tracking.index import MIN_PREFIX, Index, check_key
 
 if TYPE_CHECKING:
     from hpctrain.scheduler.base import Backend, Limits
@@ -316,8 +316,8 @@ def submit(
     one script per chunk, and submit the chunks: all or nothing. A sweep with sampler optuna runs
     its rounds here (sweep/study.py), telling `progress` what each round did, until its budget is
     spent or it is stopped."""
-    from hpctrain.launch.submission import origin, snapshot_code, submit_run
     from hpctrain.scheduler import select_backend
+    from hpctrain.submission.submit_path import origin, snapshot_code, submit_run
 
     backend = select_backend(backend_name)
     limits = backend.limits()  # first: a backend without job arrays refuses before any work

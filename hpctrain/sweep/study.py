@@ -28,11 +28,11 @@ import msgspec
 
 from hpctrain import rundir, spec
 from hpctrain.errors import BackendError, HpctrainError, SpecError
-from hpctrain.launch.submission import snapshot_code, submit_more, submit_run
-from hpctrain.rundir import ArrayChunk, Run, Stopped, SweepRecord, Trial
+from hpctrain.rundir import ArrayChunk, RunRecord, Stopped, SweepRecord, Trial
 from hpctrain.rundir import names as file_names
 from hpctrain.rundir.states import JobState
 from hpctrain.spec.sweep import Range
+from hpctrain.submission.submit_path import snapshot_code, submit_more, submit_run
 from hpctrain.sweep import plan
 from hpctrain.sweep.samplers import is_integer
 from hpctrain.sweep.status import FINAL, STOPPED, survey
@@ -41,8 +41,8 @@ if TYPE_CHECKING:
     import optuna
 
     from hpctrain.rundir import SubmitInfo
-    from hpctrain.runs.index import Index
     from hpctrain.scheduler.base import Backend
+    from hpctrain.tracking.index import Index
 
 POLL_S = 3.0
 """Seconds between two polls of a round's array while the loop waits for it."""
@@ -237,7 +237,7 @@ def start(
 ) -> SweepRecord:
     """A new optuna sweep: its run directory and study (launch.submission's one submit path, which
     submits the first round), then its rounds until the budget is spent."""
-    from hpctrain.runs.index import Index
+    from hpctrain.tracking.index import Index
 
     index = index or Index()
     chosen = prepared.chosen
@@ -269,8 +269,8 @@ def start(
 def resume(root: Path, progress: Progress | None = None, index: Index | None = None) -> SweepRecord:
     """Carry on an optuna sweep from its run directory: wait for the trials in flight, ask again the
     ones that were cancelled, and run rounds until the budget is spent."""
-    from hpctrain.runs.index import Index
     from hpctrain.scheduler import select_backend
+    from hpctrain.tracking.index import Index
 
     prepared = prepared_from(root)
     record = _load_record(root)
@@ -443,7 +443,7 @@ def _schedule_round(rounds: Rounds, record: SweepRecord, written: Round) -> None
     """A later round's array, through the one submit path: recorded in the index (as the sweep's
     `+OFFSET` entry, as a grid sweep's later arrays are) before it is sent, its job id after."""
     now = time.time()
-    entry = Run(
+    entry = RunRecord(
         run_id=f"{record.sweep_id}+{written.chunk.offset}",
         job_id=None,
         name=record.name,

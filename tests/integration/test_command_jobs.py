@@ -19,7 +19,7 @@ import pytest
 
 from hpctrain.rundir import HangReport, RunDir, TrainLine, read_json
 from hpctrain.rundir.attempts import History
-from hpctrain.runs.index import Index
+from hpctrain.tracking.index import Index
 from tests.conftest import REPO, run_cli
 from tests.integration.cluster import make_eligible, require_cluster, run_dir, status, submit, wait_state
 from tests.integration.faults import signal_rank

@@ -175,3 +175,45 @@ def test_a_job_whose_image_lacks_hpctrain_ends_once_at_the_container_check(
         assert not list((run / LOGS).glob("rank-*.log")), logs(run)
     finally:
         subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.timeout(900)
+def test_a_preflight_failure_on_every_node_in_a_container_fails_the_job_with_code_3(
+    hpctrain_home: Path, tmp_path: Path, site_file: Path
+) -> None:
+    """Issue 36: inside the container preflight cannot ask scontrol how many nodes would be left, and
+    asked for a requeue without both nodes (the job then pended for good, BadConstraints). The host's
+    supervisor refuses that requeue: the job fails with exit code 3, the reason in `status`."""
+    require_cluster()
+    why = missing("pyxis")
+    if why:
+        pytest.skip(f"pyxis: {why}")
+    container = {
+        "runtime": "pyxis",
+        "image": str(IMAGE_DIR / "hpctrain.sqsh"),
+        "mounts": [f"{REPO}:{REPO}:ro"],
+    }
+    path = job_file(
+        tmp_path,
+        "container-preflight",
+        {"steps": 50},
+        resources={"nodes": 2, "tasks_per_node": 2, "partition": "debug", "gpus_per_node": 2},
+        container=container,
+        preflight=True,
+    )
+    # The test hook hides both nodes' GPUs; sbatch passes it on to the job (a spec's env may not set it).
+    hide = {"HPCTRAIN_PREFLIGHT_HIDE_GPUS": "node1,node2"}
+    proc = run_cli("submit", str(path), "--site", str(site_file), "--json", "--no-check", env=hide)
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        final = wait_state(job_id, set(), timeout=QUEUE_S)
+        assert final["state"] == "FAILED", logs(run)
+        assert (run / "exit-codes").read_text().splitlines()[-1] == f"{job_id} 3", logs(run)
+        (last,) = [outcome for outcome, _ in ends(run)]
+        assert last == "failed", ends(run)
+        shown = run_cli("status", job_id).stdout
+        assert "not retried:" in shown and "would leave 0 node(s) for a job of 2" in shown, shown
+    finally:
+        subprocess.run(["scancel", job_id], check=False)

@@ -13,7 +13,7 @@ import _runtime_job as job
 import pytest
 import torch
 
-from hpctrain.runs.poll import failed_tasks
+from hpctrain.tracking.poll import failed_tasks
 from tests.integration.cluster import require_cluster
 
 pytestmark = pytest.mark.cluster

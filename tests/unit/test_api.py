@@ -179,7 +179,7 @@ def test_an_unknown_run_is_an_error_of_hpctrain() -> None:
 
 def test_every_api_name_is_reached_through_hpctrain_even_once_every_subpackage_is_imported() -> None:
     """A subpackage once imported is an attribute of `hpctrain`, and the lazy re-export never sees it:
-    no API name may be the name of a subpackage (`hpctrain.runs` is a module, hence `list_runs`)."""
+    no API name may be the name of a subpackage (`hpctrain.tracking` is a module, hence `list_runs`)."""
     import importlib
     import pkgutil
 

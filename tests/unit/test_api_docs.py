@@ -33,8 +33,8 @@ def test_a_changed_docstring_makes_the_doc_stale() -> None:
 def test_every_field_of_the_structures_the_api_returns_is_documented() -> None:
     import msgspec
 
-    from hpctrain.runs.status import RunStatus
     from hpctrain.sweep.status import SweepStatus
+    from hpctrain.tracking.status import RunStatus
 
     reference = GENERATOR.reference()
     for struct in (RunStatus, SweepStatus):

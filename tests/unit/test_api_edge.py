@@ -18,10 +18,10 @@ from hypothesis import strategies as st
 from hpctrain import api
 from hpctrain.errors import HpctrainError, InputError
 from hpctrain.rundir import RunDir, SweepRecord, metric_line
-from hpctrain.runs.index import Index
-from hpctrain.runs.status import NotTracked
 from hpctrain.scheduler.base import JobState
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.tracking.index import Index
+from hpctrain.tracking.status import NotTracked
 from tests.conftest import JOBS
 from tests.unit.fake_sbatch import directive, fake_sbatch
 from tests.unit.tracked_runs import cli, home_env, track

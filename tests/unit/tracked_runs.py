@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from hpctrain.rundir import RunDir
-from hpctrain.runs.index import Index, Run
-from hpctrain.runs.poll import PolledRun
-from hpctrain.runs.status import RunStatus, assemble
+from hpctrain.tracking.index import Index, RunRecord
+from hpctrain.tracking.poll import PolledRun
+from hpctrain.tracking.status import RunStatus, assemble
 
 
 def track(home: Path, job_id: str, state: str, backend: str = "local", name: str = "job") -> RunDir:
@@ -23,7 +23,7 @@ def track(home: Path, job_id: str, state: str, backend: str = "local", name: str
     run_id, run_dir = index.new_run_dir(name)
     now = time.time()
     index.add(
-        Run(
+        RunRecord(
             run_id=run_id,
             job_id=job_id,
             name=name,
@@ -41,7 +41,7 @@ def track(home: Path, job_id: str, state: str, backend: str = "local", name: str
 def assembled(run_dir: Path, state: str, name: str = "job") -> RunStatus:
     """The typed status of an untracked run whose directory is `run_dir`, as one poll without a scheduler
     answer would give it."""
-    record = Run(
+    record = RunRecord(
         run_id="r1",
         job_id="42",
         name=name,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from hpctrain.cli.view.table import number
 
 if TYPE_CHECKING:
-    from hpctrain.runs.poll import Progress
-    from hpctrain.runs.status import RunStatus
+    from hpctrain.tracking.poll import Progress
+    from hpctrain.tracking.status import RunStatus
 
 
 # A step time (and an ETA) beyond a year is a broken metrics line, not a prediction.

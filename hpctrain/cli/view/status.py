@@ -1,6 +1,6 @@
 """Run statuses as text: the table, then what went wrong, restarts, stragglers and health under it.
 
-Everything shown comes from hpctrain.runs.status; nothing here reads a file or asks the scheduler.
+Everything shown comes from hpctrain.tracking.status; nothing here reads a file or asks the scheduler.
 `hpctrain status` and `submit --wait` draw through it.
 """
 
@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING
 
 from hpctrain.cli.view.table import ago, clip, number, table
 from hpctrain.errors import printable
-from hpctrain.runs.status import MIN_INTERVAL_S
 from hpctrain.scheduler.base import JobState
+from hpctrain.tracking.status import MIN_INTERVAL_S
 
 if TYPE_CHECKING:
     from hpctrain import api
-    from hpctrain.runs.poll import Progress
-    from hpctrain.runs.status import Element, FailedRanks, RunStatus
+    from hpctrain.tracking.poll import Progress
+    from hpctrain.tracking.status import Element, FailedRanks, RunStatus
 
 HEADER = ["JOBID", "NAME", "STATE", "STEP", "LOSS", "THROUGHPUT", "ACC", "NODES/REASON", "SUBMITTED"]
 # Widest NODES/REASON cell; `status --json` and record.json keep the whole reason.
@@ -67,7 +67,7 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
     for status in statuses:
         label = f"job {status.job_id}"
         if status.health is not None:
-            from hpctrain.runs.health import describe
+            from hpctrain.tracking.health import describe
 
             for line in describe(status.health):
                 print(f"  {label}: {line}")

@@ -244,3 +244,24 @@ def partition_nodes_left(partition: str, job_id: str, timeout: float = 10.0) -> 
     job = parse_record(command(["scontrol", "show", "job", job_id, "-o"], timeout))
     nodes = set(expand_hostlist(part.get("Nodes", "")))
     return nodes - set(expand_hostlist(job.get("ExcNodeList", "")))
+
+
+def excluded_nodes(job_ref: str) -> list[str]:
+    """The job's ExcNodeList now (empty when scontrol does not answer)."""
+    return hostnames(job_record(job_ref).get("ExcNodeList", ""))
+
+
+def requeue_now(job_ref: str, exclude: list[str]) -> None:
+    """Back to the queue at once, with ExcNodeList = `exclude`.
+
+    Slurm would hold a requeued job ~120 s (Reason=BeginTime, its cred_expire): when the batch
+    script has ended, it moves a begin time that has passed to now + cred_expire, but keeps one
+    still to come. So the job may start 2 s from now (called once the job's own step has ended);
+    `hpctrain status` releases it should the script's end take longer. requeuehold ends the batch
+    script (SIGTERM, then SIGKILL after KillWait): the caller ignores SIGTERM (its children, these
+    commands, inherit that), or the job would stay held for good."""
+    quiet(["scontrol", "requeuehold", job_ref])
+    if exclude:
+        quiet(["scontrol", "update", f"jobid={job_ref}", "ExcNodeList=" + ",".join(exclude)])
+    quiet(["scontrol", "update", f"jobid={job_ref}", "StartTime=now+2"])
+    quiet(["scontrol", "release", job_ref])

@@ -207,9 +207,9 @@ def killed_ranks(run: RunDir) -> None:
 
 
 def test_a_job_you_cancelled_is_one_line_that_says_so(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from hpctrain.runs import poll
-    from hpctrain.runs.index import Index
-    from hpctrain.runs.poll import CANCEL_REQUESTED
+    from hpctrain.tracking import poll
+    from hpctrain.tracking.index import Index
+    from hpctrain.tracking.poll import CANCEL_REQUESTED
 
     others = os.getuid() + 4242
     answers = {
@@ -241,8 +241,8 @@ def test_a_job_you_cancelled_is_one_line_that_says_so(home: Path, monkeypatch: p
 
 
 def test_a_long_reason_is_cut_at_a_word_and_kept_whole_in_json_and_record(home: Path) -> None:
-    from hpctrain.runs.index import Index
     from hpctrain.scheduler.base import JobState
+    from hpctrain.tracking.index import Index
 
     reason = (
         "sbatch failed: sbatch: error: Batch job submission failed: "
@@ -266,7 +266,7 @@ def test_the_goodput_split_is_read_only_where_it_is_shown(
     home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from hpctrain.rundir import goodput
-    from hpctrain.runs import status as status_model
+    from hpctrain.tracking import status as status_model
 
     done = track(home, "700", "COMPLETED")
     done.append_metric(metric_line("train", step=5, steps=5, loss=0.5))

@@ -1,4 +1,5 @@
-"""The batch script of a command job: its ranks run the wrapper, under srun and torchrun alike."""
+"""A command job's steps: its ranks run the wrapper, under srun and torchrun alike, with no preflight or
+warm standby (both hand over to the runtime in the same process)."""
 
 from __future__ import annotations
 
@@ -6,30 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain import spec
-from hpctrain.scheduler.render import render
+from hpctrain.scheduler.rank_program import COMMAND_WRAPPER
+from tests.unit.supervisor.test_attempt_loop import NODES, loop_of
 
-ROOT = Path(__file__).resolve().parents[3]
+COMMAND_OVERRIDES = ["preflight=true", "restart.warm_standby=true", "resources.gpus_per_node=2"]
 
 
 @pytest.mark.parametrize("launcher", ["srun", "torchrun"])
 def test_a_command_jobs_ranks_run_the_wrapper_without_preflight_or_standby(
     launcher: str, tmp_path: Path
 ) -> None:
-    overrides = [
-        f"launcher={launcher}",
-        "preflight=true",
-        "restart.warm_standby=true",
-        "resources.gpus_per_node=2",
-    ]
-    job = spec.load_job(ROOT / "jobs" / "ddp-script.yaml", overrides)
-    script = render(spec.resolve(job, spec.load_site(ROOT / "site-configs" / "local.yaml")), tmp_path / "run")
-    assert "-m hpctrain.command" in script or "(hpctrain.command)" in script
-    assert "hpctrain.runtime.preflight" not in script and "standby" not in script.split("plan begin")[1]
-    assert "hpctrain.runtime " not in script and "hpctrain.runtime)" not in script
+    loop = loop_of(tmp_path, "ddp-script.yaml", [f"launcher={launcher}", *COMMAND_OVERRIDES])
+    assert loop.program == [COMMAND_WRAPPER]
+    assert not loop.preflight and loop.standby is None
+    argv = loop.rank_step(NODES) if launcher == "srun" else loop.torchrun_step(NODES, 0, "node1:29500")
+    assert argv[-2:] == ["-m", COMMAND_WRAPPER]
+    assert not any(word.startswith("hpctrain.runtime") for word in argv), argv
 
 
 def test_a_train_job_still_runs_the_runtime(tmp_path: Path) -> None:
-    job = spec.load_job(ROOT / "jobs" / "digits-ddp.yaml")
-    script = render(spec.resolve(job, spec.load_site(ROOT / "site-configs" / "local.yaml")), tmp_path / "run")
-    assert "HPCTRAIN_RANK_MODULE=(hpctrain.runtime" in script and "hpctrain.command" not in script
+    loop = loop_of(tmp_path, "digits-ddp.yaml")
+    assert loop.program[0].startswith("hpctrain.runtime") and COMMAND_WRAPPER not in loop.rank_step(NODES)

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.errors import SpecError
-from hpctrain.launch import code_snapshot
+from hpctrain.submission import code_snapshot
 
 
 def tree(root: Path, files: dict[str, bytes]) -> None:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from hpctrain import spec
 from hpctrain.errors import SpecError
-from hpctrain.launch.submission import load_and_resolve, load_job
+from hpctrain.submission.submit_path import load_and_resolve, load_job
 
 JOBS = Path(__file__).resolve().parents[3] / "jobs"
 
@@ -58,8 +58,8 @@ def test_a_job_file_runs_its_command_in_its_own_folder_by_default(tmp_path: Path
         (job(command="x", resume={"if_exists": "ckpt"}), "resume: Object missing required field `args`"),
         (job(command="x", resume={"if_exists": "ckpt", "args": []}), "resume.args: give the arguments"),
         (job(command="x", progress={"pattern": "("}), "progress.pattern: not a regular expression"),
-        (job(command="x", progress={"pattern": "loss (?P<loss>\\S+)"}), "no (?P<step>...) group"),
-        (job(command="x", progress={"preset": "nope"}), "progress.preset: 'nope' is not one of"),
+        (job(command="x", progress={"pattern": "loss (?P<loss>\\S+)"}), "pattern has no group named step"),
+        (job(command="x", progress={"preset": "nope"}), "progress.preset: unknown preset 'nope'"),
         (job(command="x", progress={"pattern": "(?P<step>\\d+)", "preset": "step-loss"}), "either pattern"),
         (job(train={"entrypoint": "m:f"}, resume={"if_exists": "a", "args": ["--r"]}), "only command jobs"),
     ],

@@ -134,7 +134,7 @@ def test_a_running_run_counts_until_now_and_a_run_without_attempts_from_its_runt
 
 
 def test_split_reads_a_run_directory_and_the_struct_round_trips(tmp_path: Path) -> None:
-    from hpctrain.rundir import Run
+    from hpctrain.rundir import RunRecord
 
     run = RunDir(tmp_path)
     lines, metrics = KILLED_ONCE
@@ -142,7 +142,7 @@ def test_split_reads_a_run_directory_and_the_struct_round_trips(tmp_path: Path) 
         append_line(run.attempts, line)
     for line in metrics:
         append_line(run.metrics, line)
-    record = Run(
+    record = RunRecord(
         run_id="r", job_id="1", name="n", site="s", backend="slurm", submitted_at=0.0,
         state=JobState.COMPLETED, state_at=60.0,
     )  # fmt: skip

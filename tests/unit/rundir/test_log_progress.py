@@ -14,8 +14,8 @@ from hpctrain.errors import SpecError
 from hpctrain.rundir import EvalLine, LogProgressState, RunDir, TrainLine
 from hpctrain.rundir import log_progress as log_progress_module
 from hpctrain.rundir.log_progress import PRESETS, LogProgress, compile_progress
-from hpctrain.runs.poll import read_progress
 from hpctrain.runtime.tensorboard_log import scalars
+from hpctrain.tracking.poll import read_progress
 
 
 def lines_of(run_dir: Path) -> list[TrainLine | EvalLine]:

@@ -22,8 +22,8 @@ from hpctrain.rundir import (
     MemoryLine,
     RankBeat,
     Result,
-    Run,
     RunDir,
+    RunRecord,
     SpecSummary,
     SubmitInfo,
     TrainLine,
@@ -164,7 +164,7 @@ def test_every_file_struct_round_trips(run: RunDir) -> None:
     run.write_failure(report)
     assert run.read_failures() == [report]
     assert report.error == "RuntimeError: boom"
-    record = Run(
+    record = RunRecord(
         run_id="r",
         job_id="7",
         name="n",
@@ -371,6 +371,6 @@ def test_record_json_of_earlier_versions_decodes(run: RunDir, text: bytes) -> No
     run.root.mkdir()
     run.record.write_bytes(text)
     record = run.read_record()
-    assert isinstance(record, rundir.Run) and record.run_id == "r" and record.submitted_at == 1.0
+    assert isinstance(record, rundir.RunRecord) and record.run_id == "r" and record.submitted_at == 1.0
     assert record.state in (JobState.RUNNING, JobState.SUBMIT_FAILED)
     assert record.run_dir in (Path(), Path("/x/r")) and record.restarts is None

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from hpctrain.rundir import RankTimesLine, RunDir, TrainLine
 from hpctrain.rundir.stragglers import SLOW_FRACTION, SLOW_INTERVALS, StragglerRule, describe, excess
-from hpctrain.runs.poll import progress
+from hpctrain.tracking.poll import progress
 
 
 def test_a_rank_slow_three_intervals_in_a_row_is_flagged_once() -> None:

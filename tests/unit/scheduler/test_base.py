@@ -9,8 +9,6 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from hpctrain.runs.index import Index
-from hpctrain.runs.poll import ended, refresh
 from hpctrain.scheduler.base import (
     TERMINAL,
     JobInfo,
@@ -22,6 +20,8 @@ from hpctrain.scheduler.base import (
     merge_accounting,
     merge_component,
 )
+from hpctrain.tracking.index import Index
+from hpctrain.tracking.poll import ended, poll_and_record
 from tests.unit.tracked_runs import home_env, track
 
 
@@ -66,7 +66,7 @@ def test_preempted_ends_only_without_requeue(hpctrain_home: Path, requeue: bool)
         assert ended(run) is (not requeue)
 
 
-def test_refresh_settles_preempted_elements_of_a_run_without_requeue(
+def test_poll_and_record_settles_preempted_elements_of_a_run_without_requeue(
     hpctrain_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A poll whose answer is an array with one element preempted and one failed."""
@@ -83,12 +83,12 @@ def test_refresh_settles_preempted_elements_of_a_run_without_requeue(
         run_dir = track(hpctrain_home, "local-2", "RUNNING")
         run_dir.spec.write_text(_spec(False))
         index = Index(hpctrain_home)
-        (status,) = refresh(index, index.runs())
+        (status,) = poll_and_record(index, index.runs())
         assert status.state == JobState.FAILED.value and ended(status.run)
         run_dir.spec.write_text(_spec(True))
         (run,) = Index(hpctrain_home).runs()
         run.state = JobState.RUNNING.value
-        (status,) = refresh(index, [run])
+        (status,) = poll_and_record(index, [run])
         assert status.state == JobState.PREEMPTED.value and not ended(status.run)
 
 

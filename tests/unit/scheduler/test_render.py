@@ -10,7 +10,7 @@ import msgspec
 import pytest
 
 from hpctrain import spec
-from hpctrain.scheduler.render import RenderError, render
+from hpctrain.scheduler.render import TEMPLATES, RenderError, render
 from tests.conftest import JOBS, SITES
 
 SHELLCHECK = shutil.which("shellcheck")
@@ -51,7 +51,9 @@ def test_every_shipped_job_renders_shellcheck_clean(
     resolved = spec.resolve(spec.load_job(job), spec.load_site(site))
     script = render(resolved, tmp_path / "run", template=template)
     assert script.startswith("#!/bin/bash\n")
-    assert ("hpctrain.command" if resolved.job.command else "hpctrain.runtime") in script
+    # The batch script hands over to the attempt loop; the local one runs the rank program itself.
+    ranks = "hpctrain.command" if resolved.job.command else "hpctrain.runtime"
+    assert ("hpctrain.supervisor.attempt_loop" if template == "sbatch.sh.j2" else ranks) in script
     shellcheck(script, tmp_path)
 
 
@@ -99,7 +101,6 @@ def test_directives_follow_the_spec(tmp_path: Path) -> None:
         "#SBATCH --signal=B:USR1@60",
         "#SBATCH --time=00:15:00",
         "#SBATCH --mem=2048M",
-        "srun --overlap --kill-on-bad-exit=1",
     ]:
         assert line in script, line
     assert f"#SBATCH --output={tmp_path}/run/logs/batch-%a.log" in script
@@ -109,8 +110,6 @@ def test_torchrun_launcher_starts_one_agent_per_node(tmp_path: Path) -> None:
     job = spec.load_job(JOBS / "digits-ddp.yaml", ["launcher=torchrun"])
     script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
     assert "#SBATCH --ntasks-per-node=1" in script
-    assert "--nproc-per-node=2" in script
-    assert "--rdzv-backend=c10d" in script
     shellcheck(script, tmp_path)
 
 
@@ -122,7 +121,6 @@ def test_parameter_server_job_is_heterogeneous(tmp_path: Path) -> None:
     assert "#SBATCH --partition=debug" in tail and "#SBATCH --ntasks-per-node=4" in tail
     # Slurm 24.11+ starts one task per node of a component without --ntasks in srun --het-group.
     assert f"#SBATCH --ntasks={job.resources.nodes * 4}" in tail
-    assert "srun --het-group=0,1 --kill-on-bad-exit=0" in script
 
 
 def test_unsafe_run_dir_is_refused(tmp_path: Path) -> None:
@@ -131,27 +129,25 @@ def test_unsafe_run_dir_is_refused(tmp_path: Path) -> None:
         render(resolved, tmp_path / "has space")
 
 
-@pytest.mark.parametrize(("preemption", "go"), [("USR1", "USR2"), ("USR2", "USR1")])
-@pytest.mark.parametrize("launcher", ["srun", "mpi", "torchrun"])
-def test_the_warm_standby_renders_shellcheck_clean_with_srun_only(
-    preemption: str, go: str, launcher: str, tmp_path: Path
+@pytest.mark.parametrize("preemption", ["USR1", "USR2"])
+def test_the_batch_script_forwards_the_preemption_signal_and_guards_the_supervisor(
+    preemption: str, tmp_path: Path
 ) -> None:
-    overrides = ["restart.warm_standby=true", f"preemption.signal={preemption}", f"launcher={launcher}"]
+    overrides = ["restart.warm_standby=true", f"preemption.signal={preemption}"]
     job = spec.load_job(JOBS / "digits-ddp.yaml", overrides)
     script = render(spec.resolve(job, spec.load_site(SITES / "local.yaml")), tmp_path / "run")
-    if launcher != "srun":  # torchrun and MPI build their world at step start: no standby
-        assert "standby_start" not in script
-    else:
-        # A standby step per node (standby_steps), each task a hpctrain.runtime.standby; the go signal.
-        # The watchdog is on (heartbeats): the steps start once the attempt trains.
-        assert f'hpctrain.supervisor.standby_steps --when-training "$HPCTRAIN_NODES" {go} ' in script
-        assert "--nodes=1" in script and "-m hpctrain.runtime.standby" in script
-        assert f'kill -{go} "$HPCTRAIN_STANDBY_PID"' in script
-        assert script.count("standby_stop\n") >= 2  # before a cold start, and at the end
-        # An earlier allocation's standby files go before the first standby_start of this one.
-        cleared = script.index('rm -rf "$HPCTRAIN_RUN_DIR/standby"\n')
-        assert cleared < script.index("    standby_start\n")
+    assert f'"$PYTHON" -m hpctrain.supervisor.attempt_loop "$RUN_DIR" {preemption} &' in script
+    assert (
+        f'kill -{preemption} "$HPCTRAIN_SUPERVISOR"' in script
+        and f"trap forward_preemption {preemption}" in script
+    )
+    assert 'scontrol requeue "$HPCTRAIN_JOB_REF"' in script  # the guard, for a supervisor that died
     shellcheck(script, tmp_path)
+
+
+def test_the_launch_part_of_the_batch_script_stays_small() -> None:
+    launch = (TEMPLATES / "partials" / "launch.j2").read_text().splitlines()
+    assert len(launch) <= 60 and not (TEMPLATES / "partials" / "standby.j2").exists()
 
 
 def test_the_jobs_python_wins_over_the_sites_and_the_submitting_one(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpctrain import spec
-from hpctrain.scheduler.render import container_launch, render
+from hpctrain.scheduler.render import render
+from hpctrain.scheduler.slurm import steps
 from tests.conftest import JOBS, SITES
 
 DIGITS = JOBS / "digits-ddp.yaml"
@@ -55,61 +56,81 @@ def shellcheck(tmp_path: Path, script: str) -> None:
     assert proc.returncode == 0, proc.stdout
 
 
+def step_words(tmp_path: Path, overrides: list[str]) -> steps.ContainerWords:
+    site = site_with_runtimes(tmp_path, "pyxis, oci, apptainer")
+    resolved = spec.resolve(spec.load_job(DIGITS, overrides), spec.load_site(site), "job", "site")
+    job = resolved.job
+    return steps.container_words(job.container, str(tmp_path / "run"), True, "77", "/usr/bin/python3")
+
+
 def test_pyxis_ranks_run_with_the_image_the_mounts_and_the_run_directory(tmp_path: Path) -> None:
-    script = rendered(
-        tmp_path,
-        [
-            "container.runtime=pyxis",
-            "container.image=nvcr.io#nvidia/pytorch:24.05-py3",
-            "container.mounts=[/data:/data:ro, /scratch]",
-            "container.workdir=/workspace",
-            "container.env=[WANDB_API_KEY]",
-        ],
-    )
+    overrides = [
+        "container.runtime=pyxis",
+        "container.image=nvcr.io#nvidia/pytorch:24.05-py3",
+        "container.mounts=[/data:/data:ro, /scratch]",
+        "container.workdir=/workspace",
+        "container.env=[WANDB_API_KEY]",
+    ]
+    script = rendered(tmp_path, overrides)
     run = str(tmp_path / "run")
-    options = (
-        "'--container-image=nvcr.io#nvidia/pytorch:24.05-py3' "
-        f"'--container-mounts={run}:{run},/data:/data:ro,/scratch:/scratch' '--container-readonly' "
-        "'--container-workdir=/workspace' '--container-env=WANDB_API_KEY' "
-        '"--container-name=hpctrain-$SLURM_JOB_ID"'
+    box = step_words(tmp_path, overrides)
+    assert box.srun == (
+        "--container-image=nvcr.io#nvidia/pytorch:24.05-py3",
+        f"--container-mounts={run}:{run},/data:/data:ro,/scratch:/scratch",
+        "--container-readonly",
+        "--container-workdir=/workspace",
+        "--container-env=WANDB_API_KEY",
+        "--container-name=hpctrain-77",
     )
-    # Every rank step and the per-node container check carry the same options; the batch script's own
-    # Python (the supervisor, the watchdog) does not.
-    assert script.count(options) == 2, script
-    assert "'python3' -m \"$@\"" in script
-    assert "'python3' -m hpctrain.runtime.preflight --container" in script
-    assert '"$PYTHON" -m hpctrain.supervisor.supervise' in script
-    assert '"$PYTHON" -m hpctrain.supervisor.watchdog' in script
+    assert box.prefix == () and box.python == "python3"
+    # The container check and every rank step carry the options; the supervisor stays on the host.
+    check = steps.container_check_step(2, box)
+    assert check[:6] == [
+        "srun",
+        "--nodes=2",
+        "--ntasks=2",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=1",
+        box.srun[0],
+    ]
+    assert check[-4:] == ["python3", "-m", "hpctrain.runtime.preflight", "--container"]
+    rank = steps.rank_step(["node1"], 2, "/r/rank-%t.log", box, ["hpctrain.runtime"])
+    assert rank[-len(box.srun) - 3 :] == [*box.srun, "python3", "-m", "hpctrain.runtime"]
+    assert '"$PYTHON" -m hpctrain.supervisor.attempt_loop' in script
     assert "export HPCTRAIN_CONTAINER='pyxis'" in script
     shellcheck(tmp_path, script)
 
 
 def test_oci_ranks_run_in_the_bundle(tmp_path: Path) -> None:
-    script = rendered(tmp_path, ["container.runtime=oci", "container.image=/shared/bundles/torch"])
-    assert script.count("--container='/shared/bundles/torch'") == 2, script
-    shellcheck(tmp_path, script)
+    overrides = ["container.runtime=oci", "container.image=/shared/bundles/torch"]
+    assert step_words(tmp_path, overrides).srun == ("--container=/shared/bundles/torch",)
+    shellcheck(tmp_path, rendered(tmp_path, overrides))
 
 
 def test_apptainer_exec_follows_its_documented_options(tmp_path: Path) -> None:
     # apptainer exec [exec options...] <container> <command>: --bind src[:dest[:opts]], --pwd,
     # --writable-tmpfs, --nv (NVIDIA GPUs); APPTAINERENV_NAME sets NAME inside the container.
-    script = rendered(
-        tmp_path,
-        [
-            "container.runtime=apptainer",
-            "container.image=/images/torch.sif",
-            "container.mounts=[/data:/d:ro]",
-            "container.workdir=/work",
-            "container.writable=true",
-            "container.env=[HF_HOME]",
-        ],
-    )
+    overrides = [
+        "container.runtime=apptainer",
+        "container.image=/images/torch.sif",
+        "container.mounts=[/data:/d:ro]",
+        "container.workdir=/work",
+        "container.writable=true",
+        "container.env=[HF_HOME]",
+    ]
+    script = rendered(tmp_path, overrides)
     run = str(tmp_path / "run")
-    prefix = (
-        f"'apptainer' 'exec' '--bind' '{run}:{run}' '--bind' '/data:/d:ro' '--pwd' '/work' "
-        "'--writable-tmpfs' '--nv' '/images/torch.sif' 'python3'"
-    )
-    assert script.count(prefix) == 2, script
+    box = step_words(tmp_path, overrides)
+    assert box.prefix == (
+        "apptainer", "exec", "--bind", f"{run}:{run}", "--bind", "/data:/d:ro", "--pwd", "/work",
+        "--writable-tmpfs", "--nv", "/images/torch.sif",
+    )  # fmt: skip
+    assert steps.het_step(box, ["hpctrain.runtime"])[-4:] == [
+        "/images/torch.sif",
+        "python3",
+        "-m",
+        "hpctrain.runtime",
+    ]
     assert 'export APPTAINERENV_HF_HOME="${HF_HOME-}"' in script
     shellcheck(tmp_path, script)
 
@@ -117,7 +138,8 @@ def test_apptainer_exec_follows_its_documented_options(tmp_path: Path) -> None:
 def test_no_container_renders_no_container_line(tmp_path: Path) -> None:
     script = rendered(tmp_path, [])
     assert "HPCTRAIN_CONTAINER" not in script and "--container" not in script and "apptainer" not in script
-    assert '"$PYTHON" -m "$@"' in script
+    box = step_words(tmp_path, [])
+    assert box == steps.ContainerWords(python="/usr/bin/python3")
 
 
 @pytest.mark.parametrize(
@@ -156,8 +178,8 @@ def launch_words(runtime: str, image: str, mounts: list[str]) -> tuple[spec.Cont
         container = msgspec.convert({"runtime": runtime, "image": image, "mounts": mounts}, spec.Container)
     except msgspec.ValidationError:
         return None
-    launch = container_launch(container, "/runs/r1", gpus=False)
-    return container, shell_words(launch.srun_options + " " + launch.exec_prefix)
+    box = steps.container_words(container, "/runs/r1", False, "1", "python3")
+    return container, [*box.srun, *box.prefix]
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -415,10 +415,11 @@ def test_the_batch_log_says_what_status_says(tmp_path: Path, monkeypatch, capsys
     for line in [start(0), end(0, "rank_failure", reason="rank 0 on node1: E"), start(1)]:
         append_line(run.attempts, line)
     last = end(1, "rank_failure", reason="rank 1 on node2: F")
-    append_line(run.attempts, last)
     monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
     job = Job(run, "7", Restart(max=1), 2, 2)
-    assert job.act(History.read(run), last, status=3).startswith("fail 3 ")
+    decision = job.act(History.read(run), last, status=3)
+    assert (decision.action, decision.code) == ("fail", 3)
+    assert History.read(run).lines[-1] == last  # act records the attempt's end
     summary = run_summary(run)
     assert summary is not None and summary.restarts == 1
     logged = capsys.readouterr().err
@@ -529,11 +530,12 @@ def test_the_first_start_of_an_allocation_records_when_it_began(tmp_path: Path, 
     monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
     monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
     job = Job(run, "7", Restart(), 2, 2)
-    assert job.begin().startswith("launch ")
+    begun = job.begin()
+    assert (begun.action, begun.nodes, begun.attempt) == ("launch", tuple(NODES), 0)
+    assert begun.ports == job.ports(0) and begun.ports[0] != begun.ports[1]
     (first,) = History.read(run).lines
     assert first.allocated == supervise.ALLOCATED and first.allocated <= first.time
-    append_line(run.attempts, end(0, "rank_failure"))
-    job.act(History.read(run), History.read(run).lines[-1])
+    job.act(History.read(run), end(0, "rank_failure"))
     assert History.read(run).lines[-1].event == "start" and History.read(run).lines[-1].allocated is None
 
 
@@ -556,3 +558,41 @@ def test_a_rank_the_fork_launcher_saw_killed_is_blamed_as_srun_would_name_it(tmp
     line = classify(end, begun, History())
     assert line.outcome == "rank_failure" and line.reason.startswith("rank 1 on node1: Killed"), line.reason
     assert not line.error  # a kill is no bug: the same step may fail so again and still be retried
+
+
+def test_a_requeue_that_would_exclude_every_node_fails_the_job_with_code_3() -> None:
+    """Issue 36 item 1: preflight failed on both nodes of a 2-node partition; requeueing without
+    them would leave the job pending for good (BadConstraints)."""
+    lines = [start(0), end(0, "preflight", ["node1", "node2"])]
+    history = History(lines)
+    decision = decide(history, lines[-1], Restart(), NODES, 2, available=["node1", "node2"])
+    assert (decision.action, decision.code) == ("fail", supervise.TOO_FEW_NODES)
+    assert decision.reason == "requeueing without node1,node2 would leave 0 node(s) for a job of 2"
+    # One bad node of three leaves enough: the requeue goes ahead without it.
+    one = History([start(0), end(0, "preflight", ["node2"])])
+    ok = decide(one, one.lines[-1], Restart(), NODES, 2, available=["node1", "node2", "node3"])
+    assert ok == Decision("requeue", exclude=("node2",))
+    # Nodes the job already excludes count as gone; an unknown partition refuses nothing.
+    assert decide(one, one.lines[-1], Restart(), NODES, 2, available=["node2", "node3"]).action == "fail"
+    assert decide(history, lines[-1], Restart(), NODES, 2).action == "requeue"
+
+
+def test_a_requeue_refused_for_want_of_nodes_is_recorded_as_the_reason_status_shows(
+    tmp_path: Path, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    run = RunDir(tmp_path)
+    run.spec.write_text('{"job": {"resources": {"nodes": 2}}}')
+    append_line(run.attempts, start(0))
+    monkeypatch.setattr(supervise, "allocation_nodes", lambda ref: list(NODES))
+    monkeypatch.setattr(supervise, "answering_again", lambda nodes: [])
+    monkeypatch.setattr(supervise, "available_nodes", lambda ref: ["node1", "node2"])
+    job = Job(run, "7", Restart(), 2, 2)
+    decision = job.act(History.read(run), end(0, "preflight", ["node1", "node2"], reason="preflight failed"))
+    assert (decision.action, decision.code) == ("fail", 3)
+    recorded = History.read(run).lines[-1]
+    assert recorded.outcome == "failed" and "would leave 0 node(s) for a job of 2" in recorded.reason
+    summary = run_summary(run)
+    assert (
+        summary is not None
+        and "not retried: preflight failed; requeueing without node1,node2" in summary_line(summary)
+    )

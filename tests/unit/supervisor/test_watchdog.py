@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from hpctrain import spec
 from hpctrain.rundir import HangReport, Heartbeat, RankBeat, RunDir, read_json
-from hpctrain.runs import health
 from hpctrain.spec.job import Watchdog
 from hpctrain.supervisor import hang_rule, stacks
 from hpctrain.supervisor.hang_rule import Seen
 from hpctrain.supervisor.watchdog import Context, diagnose, summary
+from hpctrain.tracking import health
 from tests.conftest import REPO
 
 SETTINGS = Watchdog(hang_timeout=30, step_time_factor=10, startup_timeout=600, slow_phase_timeout=300)

@@ -11,7 +11,7 @@ import pytest
 
 from hpctrain.cli.view.progress import ProgressView, duration
 from hpctrain.rundir import RunDir, TrainLine
-from hpctrain.runs.status import RunStatus
+from hpctrain.tracking.status import RunStatus
 from tests.unit.tracked_runs import assembled
 
 

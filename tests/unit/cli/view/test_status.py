@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hpctrain.cli.view.progress import rows
 from hpctrain.cli.view.status import HEADER, show, summary_rows
 from hpctrain.cli.view.table import NUMBER_WIDTH
-from hpctrain.runs.status import RunStatus
+from hpctrain.tracking.status import RunStatus
 from tests.unit.report_runs import write_extreme_run
 from tests.unit.tracked_runs import assembled
 

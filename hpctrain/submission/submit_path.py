@@ -18,18 +18,18 @@ import msgspec
 
 from hpctrain import spec
 from hpctrain.errors import InputError
-from hpctrain.launch.entry_check import check_job
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import AFTER_KINDS, AfterKind, BackendError, JobState
 from hpctrain.scheduler.render import DoctorJob, mountable, slurm_directive_path
 from hpctrain.site import lookup as sites
 from hpctrain.spec.resources import job_file
+from hpctrain.submission.entry_check import check_job
 
 if TYPE_CHECKING:
     # Imported where a run is recorded: `render` (a dry run) records nothing and starts faster.
     from hpctrain.rundir import RunDir, SubmitInfo
-    from hpctrain.runs.index import Index, Run
     from hpctrain.scheduler.base import Backend, BatchRequest
+    from hpctrain.tracking.index import Index, RunRecord
 
 T = TypeVar("T")
 
@@ -119,20 +119,20 @@ def can_still_start(state: str, kind: AfterKind) -> bool:
 
 
 def check_dependencies(
-    index: Index, tracked: list[Run], untracked: list[str], kind: AfterKind, backend_name: str | None
+    index: Index, tracked: list[RunRecord], untracked: list[str], kind: AfterKind, backend_name: str | None
 ) -> None:
     """Refuse a dependency that can never be met, before anything is written. Slurm forgets an ended job
     after MinJobAge and then drops a dependency on it: the job would start at once, whatever `kind`
     said. So the tracked runs are polled (one query per backend) and judged by the state they ended
     in, and a job id hpctrain does not track must be one the scheduler knows."""
-    from hpctrain.runs.poll import ended, refresh
+    from hpctrain.tracking.poll import ended, poll_and_record
 
     if kind not in AFTER_KINDS:
         raise InputError(f"after: {kind!r} is not one of {', '.join(AFTER_KINDS)}")
     backend = select_backend(backend_name)
     if backend.name == "local":
         return  # it refuses any dependency itself: it starts jobs at once
-    refresh(index, tracked)
+    poll_and_record(index, tracked)
     for run in tracked:
         if ended(run) and not can_still_start(run.state, kind):
             raise InputError(
@@ -154,7 +154,7 @@ def check_dependencies(
 
 
 class Submitted(msgspec.Struct):
-    run: Run
+    run: RunRecord
     error: str | None = None
 
 
@@ -174,7 +174,7 @@ def submit(
     `after`: job ids the job waits for (`after_kind`), as Slurm dependencies. `from_run`: a run whose
     last checkpoint the job starts from (launch/carry_on.py). `files` writes what the job needs into
     its run directory before it is scheduled (a function job's call)."""
-    from hpctrain.launch import carry_on
+    from hpctrain.submission import carry_on
 
     backend = select_backend(backend_name)
     # Validate before creating anything: a bad spec or an unusable home leaves no half-made run behind.
@@ -205,7 +205,7 @@ def snapshot_code(resolved: spec.Resolved, run: RunDir) -> None:
     """A command job's code snapshot (code.snapshot) into the run directory; says what it copied."""
     if not resolved.job.snapshot:
         return
-    from hpctrain.launch import code_snapshot
+    from hpctrain.submission import code_snapshot
 
     taken = code_snapshot.take(Path(resolved.job.workdir or "."), run.code)
     print(f"hpctrain: {taken.line()}", file=sys.stderr)
@@ -284,7 +284,7 @@ def submit_run(
     readable by the site's `share_with_group` (docs/security.md).
     """
     from hpctrain.rundir import write_json
-    from hpctrain.runs.index import Index
+    from hpctrain.tracking.index import Index
 
     index = index or Index()
     # A container job's mounts cannot carry some characters of its run directory: refused before any write.
@@ -342,13 +342,13 @@ def _submit_private(
 ) -> Submitted:
     from hpctrain.rundir import RunDir
     from hpctrain.rundir.io import share_run_dir
-    from hpctrain.runs.index import Index, Run
+    from hpctrain.tracking.index import Index, RunRecord
 
     index = index or Index()
     slurm_directive_path(index.root / "runs")
     run_id, run_dir = index.new_run_dir(name)
     now = time.time()
-    run = Run(
+    run = RunRecord(
         run_id=run_id,
         job_id=None,
         name=name,
@@ -389,7 +389,7 @@ def _submit_private(
     return Submitted(run)
 
 
-def submit_more(index: Index, entry: Run, group: str | None, schedule: Callable[[], str]) -> None:
+def submit_more(index: Index, entry: RunRecord, group: str | None, schedule: Callable[[], str]) -> None:
     """A further job of a run that is recorded already (an Optuna sweep's next round), by submit_run's
     rule and under its private files and held signals: its index entry (`entry`, a `+OFFSET` run id in
     the run's directory) is recorded first, then the scheduler asked (`schedule` returns the job id),
@@ -454,7 +454,7 @@ def _reason(err: BaseException) -> str:
     return str(err) or type(err).__name__
 
 
-def _remove_or_record(index: Index, run: Run, why: str) -> None:
+def _remove_or_record(index: Index, run: RunRecord, why: str) -> None:
     """Nothing was submitted: remove the run directory, or, if that fails too, record why it exists."""
     shutil.rmtree(run.run_dir, ignore_errors=True)
     if run.run_dir.exists():

@@ -20,17 +20,17 @@ from hpctrain.rundir import (
     metric_line,
     write_json,
 )
-from hpctrain.runs.index import Index
-from hpctrain.runs.status import (
+from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.tracking.index import Index
+from hpctrain.tracking.status import (
     HANG_KILLED,
     SHOWN_FAILURES,
     FailedRank,
     NotTracked,
     RunStatus,
-    poll_statuses,
+    reconcile_statuses,
     select,
 )
-from hpctrain.scheduler.slurm.facts import FailedTask
 from tests.unit.tracked_runs import home_env, track
 
 # The keys of one `status --json` entry before the model existed: scripts read them.
@@ -59,7 +59,7 @@ def home(hpctrain_home: Path) -> Iterator[Path]:
 
 
 def statuses(home: Path, *job_ids: str, brief: bool = False) -> list[RunStatus]:
-    return poll_statuses(select(list(job_ids), index=Index(home)), brief=brief, index=Index(home))
+    return reconcile_statuses(select(list(job_ids), index=Index(home)), brief=brief, index=Index(home))
 
 
 def attempts(run: RunDir, *lines: AttemptLine) -> None:

@@ -9,8 +9,8 @@ import pytest
 
 from hpctrain import spec
 from hpctrain.errors import SpecError
-from hpctrain.launch.carry_on import incompatible, last_checkpoint
 from hpctrain.rundir import RunDir
+from hpctrain.submission.carry_on import incompatible, last_checkpoint
 from tests.conftest import JOBS, SITES
 
 

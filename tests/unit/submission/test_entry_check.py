@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.errors import SpecError
-from hpctrain.launch.entry_check import check_entrypoint, defines
+from hpctrain.submission.entry_check import check_entrypoint, defines
 from tests.conftest import JOBS, run_cli
 
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from hpctrain.errors import BackendError, RenderError
-from hpctrain.launch import submission
-from hpctrain.rundir import Run
+from hpctrain.rundir import RunRecord
 from hpctrain.rundir.states import JobState
-from hpctrain.runs.index import Index
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.submission import submit_path as submission
+from hpctrain.tracking.index import Index
 from tests.conftest import JOBS
 
 JOB = JOBS / "digits-ddp.yaml"
@@ -122,21 +122,21 @@ def test_a_read_only_run_directory_leaves_no_orphan(
     assert run_dirs(hpctrain_home) == []
 
 
-def _a_later_round(home: Path) -> tuple[Index, Run]:
+def _a_later_round(home: Path) -> tuple[Index, RunRecord]:
     """A run that is recorded already, and the index entry of a further job of it (a sweep's round)."""
     index = Index(home)
     run_id, run_dir = index.new_run_dir("sweep")
     now = time.time()
     fields = {"name": "sweep", "site": "local", "backend": "slurm", "run_dir": run_dir, "submitted_at": now}
-    index.add(Run(run_id=run_id, job_id="7", state=JobState.RUNNING, state_at=now, **fields))
-    return index, Run(run_id=f"{run_id}+4", job_id=None, state=JobState.PENDING, state_at=now, **fields)
+    index.add(RunRecord(run_id=run_id, job_id="7", state=JobState.RUNNING, state_at=now, **fields))
+    return index, RunRecord(run_id=f"{run_id}+4", job_id=None, state=JobState.PENDING, state_at=now, **fields)
 
 
 def test_a_further_job_is_recorded_before_the_scheduler_is_asked_and_its_job_id_after(
     hpctrain_home: Path,
 ) -> None:
     index, entry = _a_later_round(hpctrain_home)
-    seen: list[Run] = []
+    seen: list[RunRecord] = []
 
     def schedule() -> str:
         seen.extend(r for r in Index(hpctrain_home).runs() if r.run_id == entry.run_id)

@@ -8,7 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from hpctrain.rundir import RunDir
-from hpctrain.runs.logs import LogMerger
+from hpctrain.tracking.logs import LogMerger
 
 
 def _write_log(folder: Path, rank: int, node: str, lines: list[str], tail: str = "") -> None:
@@ -51,7 +51,7 @@ def test_merged_logs_lose_and_add_nothing_whatever_the_bytes(logs: list[bytes], 
     rounds as `-f` would: each rank's lines come out whole, once, in their own order."""
     import tempfile
 
-    from hpctrain.runs import logs as log_merge
+    from hpctrain.tracking import logs as log_merge
 
     with tempfile.TemporaryDirectory() as folder:
         root = RunDir(folder)

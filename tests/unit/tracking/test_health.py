@@ -1,10 +1,10 @@
-"""The hang and silence lines of `hpctrain status` (hpctrain.runs.health)."""
+"""The hang and silence lines of `hpctrain status` (hpctrain.tracking.health)."""
 
 from __future__ import annotations
 
-from hpctrain.runs import health
 from hpctrain.supervisor.hang_rule import Seen
 from hpctrain.supervisor.watchdog import summary
+from hpctrain.tracking import health
 
 
 def seen(rank: int, node: str, phase: str, silent_s: float, step: int = 130) -> Seen:

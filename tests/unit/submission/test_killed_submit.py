@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.runs.index import Index
+from hpctrain.tracking.index import Index
 from tests.conftest import JOBS, REPO
 
 STAND_INS = {

@@ -61,6 +61,6 @@ def submit_path_modules(tmp_path: Path) -> tuple[int, set[str]]:
 def test_submit_imports_nothing_it_does_not_need(tmp_path: Path) -> None:
     code, loaded = submit_path_modules(tmp_path)
     assert code == 0
-    assert "hpctrain.launch.submission" in loaded and "jinja2" in loaded, "the child did not submit"
+    assert "hpctrain.submission.submit_path" in loaded and "jinja2" in loaded, "the child did not submit"
     heavy = sorted(m for m in loaded for name in NOT_ON_THE_SUBMIT_PATH if f"{m}.".startswith(f"{name}."))
     assert not heavy, f"the submit path imports {heavy}"

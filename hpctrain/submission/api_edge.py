@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, TypeVar
 from hpctrain.errors import InputError
 
 if TYPE_CHECKING:
-    from hpctrain.launch.submission import JobSource
+    from hpctrain.submission.submit_path import JobSource
 
 T = TypeVar("T")
 

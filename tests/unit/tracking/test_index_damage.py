@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from hpctrain.rundir import names
-from hpctrain.runs import index_lines
+from hpctrain.tracking import index_lines
 from tests.unit.tracked_runs import cli, home_env, track
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.runs import index as records
-from hpctrain.runs.index import Index, Run
+from hpctrain.tracking import index as records
+from hpctrain.tracking.index import Index, RunRecord
 from tests.conftest import run_cli
 
 WRITERS = 20
@@ -27,7 +27,7 @@ def _writer(root: str, worker: int, out: str) -> None:
         run_id, run_dir = index.new_run_dir(f"w{worker}")
         # Most runs ended days ago, so compaction moves them to the archive while others append.
         at = time.time() - rng.choice([0, 3 * 24 * 3600])
-        run = Run(
+        run = RunRecord(
             run_id=run_id,
             job_id=f"{worker}{i:04d}",
             name=f"w{worker}",

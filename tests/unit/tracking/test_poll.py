@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpctrain.rundir import EvalLine, RankTimesLine, RunDir, TrainLine
-from hpctrain.runs.poll import progress
+from hpctrain.tracking.poll import progress
 
 
 def test_status_still_finds_the_eval_line_behind_per_rank_lines(tmp_path: Path) -> None:

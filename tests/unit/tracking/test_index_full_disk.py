@@ -18,19 +18,19 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.runs.index import Index, Run
-from hpctrain.runs.index_lines import added, encode_lines
 from hpctrain.scheduler.base import JobState
+from hpctrain.tracking.index import Index, RunRecord
+from hpctrain.tracking.index_lines import added, encode_lines
 
 REPO = Path(__file__).resolve().parents[3]
 
 
-def tracked_run(index: Index, pad_to: int = 0) -> Run:
+def tracked_run(index: Index, pad_to: int = 0) -> RunRecord:
     """A local run the index believes is running; its job is unknown, so a poll changes its state.
     With `pad_to`, its reason is long enough for the journal to end a few bytes short of that size."""
     run_id, run_dir = index.new_run_dir("full")
     now = time.time()
-    run = Run(
+    run = RunRecord(
         run_id=run_id,
         job_id="999999",
         name="full",
@@ -57,7 +57,9 @@ def limited(size: int) -> Callable[[], None]:
     return apply
 
 
-def status(home: Path, run: Run, preexec: Callable[[], None] | None) -> subprocess.CompletedProcess[str]:
+def status(
+    home: Path, run: RunRecord, preexec: Callable[[], None] | None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "hpctrain.cli.main", "status", run.run_id],
         capture_output=True,
@@ -129,10 +131,10 @@ def test_an_append_cut_short_is_truncated_back(tmp_path: Path) -> None:
     run = tracked_run(index)
     before = index.path.stat().st_size
     script = (
-        "import sys; from hpctrain.runs.index import Index;"
+        "import sys; from hpctrain.tracking.index import Index;"
         "index = Index(__import__('pathlib').Path(sys.argv[1]));"
         "run = index.find([sys.argv[2]])[0][0];"
-        "index._append([__import__('hpctrain.runs.index_lines', fromlist=['x']).added(run)] * 50)"
+        "index._append([__import__('hpctrain.tracking.index_lines', fromlist=['x']).added(run)] * 50)"
     )
     done = subprocess.run(
         [sys.executable, "-c", script, str(tmp_path), run.run_id],

@@ -27,10 +27,10 @@ from hpctrain.rundir import (
     decode_line,
     tail_lines,
 )
-from hpctrain.runs.index import ENDED_STATES, Index, Run
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import JobInfo, JobState, fold_elements
 from hpctrain.scheduler.slurm.facts import MAX_RANGE, FailedTask, srun_task_errors
+from hpctrain.tracking.index import ENDED_STATES, Index, RunRecord
 
 TERMINAL_NAMES = ENDED_STATES
 # The states whose run shows who failed and why (srun's word, the runtime's failure reports).
@@ -73,7 +73,7 @@ class Progress(msgspec.Struct, omit_defaults=True):
 class PolledRun:
     """A tracked run and what this poll's scheduler query said of it (None: not asked, or not known)."""
 
-    run: Run
+    run: RunRecord
     info: JobInfo | None
 
     @property
@@ -81,12 +81,12 @@ class PolledRun:
         return self.run.state
 
 
-def spec_summary(run: Run) -> SpecSummary | None:
+def spec_summary(run: RunRecord) -> SpecSummary | None:
     found = RunDir(run.run_dir).read_spec_summary()
     return found if isinstance(found, SpecSummary) else None
 
 
-def ended(run: Run) -> bool:
+def ended(run: RunRecord) -> bool:
     """Whether the run can no longer change: a terminal state, or preempted with no requeue coming."""
     if run.state in TERMINAL_NAMES:
         return True
@@ -96,14 +96,14 @@ def ended(run: Run) -> bool:
     return False
 
 
-def refresh(index: Index, runs: list[Run]) -> list[PolledRun]:
+def poll_and_record(index: Index, runs: list[RunRecord]) -> list[PolledRun]:
     """Poll every run that has not ended, one query per backend, and record state changes."""
-    pending: dict[str, list[Run]] = defaultdict(list)
+    pending: dict[str, list[RunRecord]] = defaultdict(list)
     for run in runs:
         if run.job_id and not ended(run):
             pending[run.backend].append(run)
     infos: dict[str, JobInfo] = {}
-    changes: list[tuple[Run, str, str]] = []
+    changes: list[tuple[RunRecord, str, str]] = []
     for backend_name, group in pending.items():
         backend = select_backend(backend_name)
         polled = backend.poll([r.job_id for r in group if r.job_id])
@@ -121,7 +121,7 @@ def refresh(index: Index, runs: list[Run]) -> list[PolledRun]:
     return [PolledRun(run, infos.get(run.run_id)) for run in runs]
 
 
-def cancel_reason(index: Index, run: Run, info: JobInfo) -> str:
+def cancel_reason(index: Index, run: RunRecord, info: JobInfo) -> str:
     """`cancelled by you` (or `by NAME`) for a cancelled job, recorded as its reason once: sacct's
     `CANCELLED by UID`, else a cancel requested through hpctrain; empty when nobody is known."""
     if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
@@ -144,7 +144,7 @@ def user_name(uid: int) -> str:
         return f"uid {uid}"
 
 
-def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:
+def _settle_preempted(run: RunRecord, info: JobInfo) -> JobInfo:
     """Preempted elements of a job that will not be requeued have ended: fold them as such."""
     preempted = info.state is JobState.PREEMPTED or JobState.PREEMPTED in info.elements.values()
     if not preempted:
@@ -159,7 +159,7 @@ def _settle_preempted(run: Run, info: JobInfo) -> JobInfo:
     return info
 
 
-def _from_run_dir(run: Run, info: JobInfo) -> JobInfo:
+def _from_run_dir(run: RunRecord, info: JobInfo) -> JobInfo:
     """Without accounting, a job that left the queue is judged by the exit code its script recorded
     (an array: each started element by its own, folded)."""
     root = RunDir(run.run_dir)

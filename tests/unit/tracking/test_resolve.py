@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from hpctrain.runs.index import MIN_PREFIX, IdError, Run, resolve
 from hpctrain.scheduler.base import JobState
+from hpctrain.tracking.index import MIN_PREFIX, IdError, RunRecord, resolve
 from tests.unit.tracked_runs import track
 
 STAMPS = st.builds(
@@ -26,8 +26,8 @@ RUN_IDS = st.builds(
 )
 
 
-def run_of(run_id: str, job_id: str | None) -> Run:
-    return Run(
+def run_of(run_id: str, job_id: str | None) -> RunRecord:
+    return RunRecord(
         run_id=run_id,
         job_id=job_id,
         name="x",

@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from hpctrain.launch import submission
-from hpctrain.launch.submission import SUBMITTING, held_signals
-from hpctrain.runs.index import Index, Run
 from hpctrain.scheduler.base import JobState
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
+from hpctrain.submission import submit_path as submission
+from hpctrain.submission.submit_path import SUBMITTING, held_signals
+from hpctrain.tracking.index import Index, RunRecord
 from tests.conftest import JOBS
 
 
@@ -44,10 +44,10 @@ def test_ctrl_c_in_the_window_is_a_keyboard_interrupt_after_it() -> None:
     assert done == ["recorded"]
 
 
-def intent(index: Index, age_s: float) -> Run:
+def intent(index: Index, age_s: float) -> RunRecord:
     run_id, run_dir = index.new_run_dir("cut")
     at = time.time() - age_s
-    run = Run(
+    run = RunRecord(
         run_id=run_id,
         job_id=None,
         name="cut",

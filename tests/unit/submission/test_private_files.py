@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from hpctrain.errors import SpecError
-from hpctrain.launch import submission
-from hpctrain.runs.index import Index
+from hpctrain.submission import submit_path as submission
+from hpctrain.tracking.index import Index
 from tests.conftest import JOBS, REPO
 
 JOB = JOBS / "digits-ddp.yaml"

@@ -13,18 +13,20 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpctrain import rundir
-from hpctrain.runs import index as records
-from hpctrain.runs import index_lines
-from hpctrain.runs.index import Index, Run, write_record
 from hpctrain.scheduler.base import JobState
+from hpctrain.tracking import index as records
+from hpctrain.tracking import index_lines
+from hpctrain.tracking.index import Index, RunRecord, write_record
 
 DAY = 24 * 3600
 
 
-def make_run(index: Index, name: str, job_id: str | None, state: str = "PENDING", age_s: float = 0.0) -> Run:
+def make_run(
+    index: Index, name: str, job_id: str | None, state: str = "PENDING", age_s: float = 0.0
+) -> RunRecord:
     run_id, run_dir = index.new_run_dir(name)
     at = time.time() - age_s
-    run = Run(
+    run = RunRecord(
         run_id=run_id,
         job_id=job_id,
         name=name,
@@ -204,7 +206,7 @@ def test_any_garbage_between_appends_loses_nothing(
 
 
 def _rewrite_record(run_dir: str, count: int) -> None:
-    run = Run(
+    run = RunRecord(
         run_id="r",
         job_id="1",
         name="n",
@@ -259,7 +261,7 @@ def test_index_lines_of_earlier_versions_decode_as_the_one_run_record(tmp_path: 
     )
     index.path.write_bytes(old)
     failed, done = index.runs()
-    assert isinstance(done, rundir.Run) and done.state is JobState.COMPLETED and done.state_at == 9.0
+    assert isinstance(done, rundir.RunRecord) and done.state is JobState.COMPLETED and done.state_at == 9.0
     assert done.run_dir == Path("/x/runs/20260101-000000-a-1") and done.job_id == "41"
     assert failed.state is JobState.SUBMIT_FAILED and failed.reason == "sbatch failed: no partition"
     assert index.history(done.run_id) == [(JobState.PENDING, 1.5, ""), (JobState.COMPLETED, 9.0, "")]

@@ -34,7 +34,7 @@ class Origin(msgspec.Struct, frozen=True):
 def find_origin(key: str, resolved: spec.Resolved, origin: str) -> Origin:
     """The last complete checkpoint of the run `key` names (job id, run id or prefix), checked
     against the job `resolved` will run; a one-line error names what does not fit."""
-    from hpctrain.runs.index import Index
+    from hpctrain.tracking.index import Index
 
     found, _ = Index().find([key])
     if not found:

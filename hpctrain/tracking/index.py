@@ -11,10 +11,19 @@ from pathlib import Path
 import msgspec
 
 from hpctrain.errors import HpctrainError, InputError
-from hpctrain.rundir import Run, RunDir, home, names, replace_bytes, tail_bytes
+from hpctrain.rundir import RunDir, RunRecord, home, names, replace_bytes, tail_bytes
 from hpctrain.rundir.io import keep_private
-from hpctrain.runs.index_lines import Added, Changed, Decoded, added, decode, encode_lines, record, write_all
 from hpctrain.scheduler.base import JobState
+from hpctrain.tracking.index_lines import (
+    Added,
+    Changed,
+    Decoded,
+    added,
+    decode,
+    encode_lines,
+    record,
+    write_all,
+)
 
 # States a run cannot leave: such runs are not polled again and may move to the archive.
 ENDED_STATES = frozenset(s for s in JobState if s.terminal)
@@ -38,14 +47,14 @@ History = list[tuple[JobState, float, str]]
 class _Journal(msgspec.Struct):
     """The journal folded: its runs, their histories, and changes to runs that live in the archive."""
 
-    runs: dict[str, Run]
+    runs: dict[str, RunRecord]
     history: dict[str, History]
     archived_changes: list[Changed]
     bad: list[tuple[int, bytes]]
 
 
-def _fold(lines: list[Added | Changed]) -> tuple[dict[str, Run], dict[str, History], list[Changed]]:
-    runs: dict[str, Run] = {}
+def _fold(lines: list[Added | Changed]) -> tuple[dict[str, RunRecord], dict[str, History], list[Changed]]:
+    runs: dict[str, RunRecord] = {}
     history: dict[str, History] = {}
     elsewhere: list[Changed] = []
     for line in lines:
@@ -62,7 +71,7 @@ def _fold(lines: list[Added | Changed]) -> tuple[dict[str, Run], dict[str, Histo
     return runs, history, elsewhere
 
 
-def _apply(runs: dict[str, Run] | dict[str, Added], changes: Iterable[Changed]) -> None:
+def _apply(runs: dict[str, RunRecord] | dict[str, Added], changes: Iterable[Changed]) -> None:
     for change in changes:
         run = runs.get(change.run_id)
         if run is not None:
@@ -118,11 +127,11 @@ class Index:
         runs, history, elsewhere = _fold(decoded.lines)
         return _Journal(runs, history, elsewhere, decoded.bad)
 
-    def _archived(self, changes: list[Changed], read: Callable[[], Decoded]) -> dict[str, Run]:
+    def _archived(self, changes: list[Changed], read: Callable[[], Decoded]) -> dict[str, RunRecord]:
         """Archive runs as `read` returns them (under the lock), with the journal's later changes."""
         with self._locked(exclusive=False):
             decoded = read()
-        runs: dict[str, Run] = {line.run_id: line for line in decoded.lines if isinstance(line, Added)}
+        runs: dict[str, RunRecord] = {line.run_id: line for line in decoded.lines if isinstance(line, Added)}
         _apply(runs, changes)
         return runs
 
@@ -193,11 +202,11 @@ class Index:
             return run_id, run_dir
         raise HpctrainError(f"could not create a unique run directory under {self.root / 'runs'}")
 
-    def add(self, run: Run) -> None:
+    def add(self, run: RunRecord) -> None:
         self._append([added(run)])
         write_record(run)
 
-    def record_job(self, run: Run, job_id: str | None, more: Iterable[Run] = ()) -> None:
+    def record_job(self, run: RunRecord, job_id: str | None, more: Iterable[RunRecord] = ()) -> None:
         """The job id the scheduler gave a run recorded before its submission, and the index entries
         of the submission's further jobs (a sweep's later arrays), in one append."""
         now = time.time()
@@ -207,7 +216,7 @@ class Index:
         for each in (run, *more):
             write_record(each)
 
-    def interrupted(self) -> list[Run]:
+    def interrupted(self) -> list[RunRecord]:
         """Runs recorded before their submission that never got a job id: a submit in progress, or
         one that was killed (its job, if the scheduler took it, carries the run id)."""
         return [r for r in self.runs() if r.job_id is None and r.state not in ENDED_STATES]
@@ -217,7 +226,7 @@ class Index:
         its job; a run without one, recorded over `grace_s` ago, never reached the scheduler."""
         from hpctrain.scheduler import select_backend
 
-        by_backend: dict[str, list[Run]] = {}
+        by_backend: dict[str, list[RunRecord]] = {}
         for run in self.interrupted():
             by_backend.setdefault(run.backend, []).append(run)
         out: list[Adopted] = []
@@ -244,7 +253,7 @@ class Index:
         run_ids: Iterable[str] | None = None,
         recent: bool = False,
         grace_s: float = UNRECORDED_GRACE_S,
-    ) -> list[Run]:
+    ) -> list[RunRecord]:
         """Record the run directories the index lacks as runs that never submitted: a submit killed
         (SIGKILL) between making the directory and recording the run. The run is recorded before the
         scheduler is asked, so such a directory has no job. Only `run_ids`, else (`recent`) those made
@@ -289,11 +298,11 @@ class Index:
             write_record(run)
         return orphans
 
-    def update_states(self, changes: Iterable[tuple[Run, JobState, str]]) -> None:
+    def update_states(self, changes: Iterable[tuple[RunRecord, JobState, str]]) -> None:
         """Record new states (run, state, reason) in one append; history keeps every change."""
         now = time.time()
         lines: list[Added | Changed] = []
-        changed: list[Run] = []
+        changed: list[RunRecord] = []
         for run, state, reason in changes:
             if state == run.state and reason == run.reason:
                 continue
@@ -316,7 +325,7 @@ class Index:
 
     # -- reading --------------------------------------------------------------------------------
 
-    def runs(self, limit: int | None = None) -> list[Run]:
+    def runs(self, limit: int | None = None) -> list[RunRecord]:
         """Runs newest first; with `limit`, only the archive's last `limit` lines are read."""
         if limit == 0:
             return []
@@ -327,7 +336,7 @@ class Index:
         ordered = sorted(merged.values(), key=lambda r: r.submitted_at, reverse=True)
         return ordered if limit is None else ordered[:limit]
 
-    def recent(self, since: float | None = None) -> list[Run]:
+    def recent(self, since: float | None = None) -> list[RunRecord]:
         """Runs still active or changed since `since` (default: KEEP_RECENT_S ago), newest first."""
         now = time.time()
         since = now - KEEP_RECENT_S if since is None else since
@@ -345,7 +354,7 @@ class Index:
             candidates.sort(key=lambda r: r.submitted_at, reverse=True)
         return [r for r in candidates if r.state not in ENDED_STATES or r.state_at >= since]
 
-    def find(self, keys: Iterable[str]) -> tuple[list[Run], list[str]]:
+    def find(self, keys: Iterable[str]) -> tuple[list[RunRecord], list[str]]:
         """Runs by job id or run id (or a run id prefix, see `resolve`); returns (found, unknown keys).
 
         A key that is empty, too short to be a prefix or ambiguous is an error (IdError), raised
@@ -419,7 +428,9 @@ class Index:
             journal = self._read(self.path)
             archive = self._read(self.archive_path)
         runs, _, elsewhere = _fold(journal.lines)
-        archived: dict[str, Run] = {line.run_id: line for line in archive.lines if isinstance(line, Added)}
+        archived: dict[str, RunRecord] = {
+            line.run_id: line for line in archive.lines if isinstance(line, Added)
+        }
         _apply(archived, elsewhere)
         archived.update(runs)
         runs_dir = self.root / "runs"
@@ -450,11 +461,11 @@ def check_key(key: str) -> str:
     return key
 
 
-def resolve(keys: list[str], runs: Iterable[Run]) -> tuple[list[Run], list[str]]:
+def resolve(keys: list[str], runs: Iterable[RunRecord]) -> tuple[list[RunRecord], list[str]]:
     """The one resolver of every verb: each key is a job id or a run id (exact), or a run id prefix
     of at least MIN_PREFIX characters that only one run has; returns (found, unknown keys)."""
     runs = list(runs)
-    found: list[Run] = []
+    found: list[RunRecord] = []
     missing: list[str] = []
     for key in map(check_key, keys):
         exact = [r for r in runs if key in (r.job_id, r.run_id)]
@@ -512,14 +523,14 @@ def _compacted_size(lock: int) -> int:
 UNSUBMITTED = "its submit was killed before the run was recorded; nothing was submitted"
 
 
-def unsubmitted(run_id: str, run_dir: Path, changed: float, now: float) -> Run:
+def unsubmitted(run_id: str, run_dir: Path, changed: float, now: float) -> RunRecord:
     """The record of a run directory whose submit was killed before recording it (see adopt_unindexed)."""
     from hpctrain.rundir import SubmitInfo, read_json
 
     asked = read_json(RunDir(run_dir).submit_info, SubmitInfo, below=run_dir)
     # The directory's name is DATE-TIME-NAME-RANDOM (new_run_dir).
     name = run_id[len("YYYYMMDD-HHMMSS-") : -len("-123456")] or run_id
-    return Run(
+    return RunRecord(
         run_id=run_id,
         job_id=None,
         name=name,
@@ -533,7 +544,7 @@ def unsubmitted(run_id: str, run_dir: Path, changed: float, now: float) -> Run:
     )
 
 
-def write_record(run: Run) -> None:
+def write_record(run: RunRecord) -> None:
     """record.json in the run directory: the run's own copy of what the index says."""
     folder = RunDir(run.run_dir)
     copy = record(run)

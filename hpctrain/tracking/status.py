@@ -1,6 +1,6 @@
 """The status model: one poll of tracked runs, returned as typed run statuses that the CLI only formats.
 
-`poll_statuses` asks the scheduler once per backend (hpctrain.runs.poll), reads each run directory
+`reconcile_statuses` asks the scheduler once per backend (hpctrain.tracking.poll), reads each run directory
 and assembles a :class:`RunStatus`: state, progress, array elements, restarts, the watchdog's health
 and who failed and why. `status --json` is these structs encoded; the table is drawn from them.
 """
@@ -18,10 +18,12 @@ from hpctrain.rundir import MAX_JSON_BYTES, RestartSummary, RunDir, SweepRecord,
 from hpctrain.rundir.attempts import History, run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
 from hpctrain.rundir.names import ATTEMPTS, SWEEP
-from hpctrain.runs import health
-from hpctrain.runs.health import Health
-from hpctrain.runs.index import Index, Run
-from hpctrain.runs.poll import (
+from hpctrain.scheduler.base import JobInfo, JobState
+from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.tracking import health
+from hpctrain.tracking.health import Health
+from hpctrain.tracking.index import Index, RunRecord
+from hpctrain.tracking.poll import (
     CANCELLED_BY,
     FAILURE_NAMES,
     PolledRun,
@@ -29,11 +31,9 @@ from hpctrain.runs.poll import (
     ended,
     exit_state,
     failed_tasks,
+    poll_and_record,
     read_progress,
-    refresh,
 )
-from hpctrain.scheduler.base import JobInfo, JobState
-from hpctrain.scheduler.slurm.facts import FailedTask
 
 # A poll loop never asks the controller more often than this: admins of shared clusters care.
 MIN_INTERVAL_S = 5.0
@@ -136,7 +136,7 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     detection (`status --json` and the API; not the views, which do not show it)."""
 
 
-def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[Run]:
+def select(keys: list[str], everything: bool = False, index: Index | None = None) -> list[RunRecord]:
     """The runs named by job id, run id (or its prefix) or job name (every run of that name, newest
     first); some keys unknown: a warning; all unknown: an error. Without keys, the recent runs."""
     index = index or Index()
@@ -162,8 +162,8 @@ def select(keys: list[str], everything: bool = False, index: Index | None = None
     return index.recent()
 
 
-def poll_statuses(
-    runs: list[Run], brief: bool = False, index: Index | None = None, goodput: bool = True
+def reconcile_statuses(
+    runs: list[RunRecord], brief: bool = False, index: Index | None = None, goodput: bool = True
 ) -> list[RunStatus]:
     """One poll: states from the scheduler, everything else from the run directories.
 
@@ -171,13 +171,13 @@ def poll_statuses(
     no further than result.json, and only runs that failed, run or have elements are explained.
     `goodput`: also the goodput split (it reads the whole metrics file; never with `brief`).
     """
-    polled = refresh(index or Index(), runs)
+    polled = poll_and_record(index or Index(), runs)
     release_requeued_runs(polled)
     return [assemble(one, brief, goodput) for one in polled]
 
 
 def wait_until_ended(
-    runs: list[Run],
+    runs: list[RunRecord],
     on_poll: Callable[[list[RunStatus], bool], None] | None = None,
     interval: float = MIN_INTERVAL_S,
     index: Index | None = None,
@@ -193,7 +193,7 @@ def wait_until_ended(
     index = index or Index()
     delay = 1.0
     while True:
-        statuses = poll_statuses(runs, index=index, goodput=False)
+        statuses = reconcile_statuses(runs, index=index, goodput=False)
         done = all(ended(run) for run in runs)
         if done and goodput:
             for status, run in zip(statuses, runs, strict=True):
@@ -216,13 +216,13 @@ def release_requeued_runs(polled: list[PolledRun]) -> None:
     )
 
 
-def goodput_split(run: Run) -> GoodputSplit | None:
+def goodput_split(run: RunRecord) -> GoodputSplit | None:
     """Where the run's wall time went so far."""
     return split(RunDir(run.run_dir, snapshot=True), run.submitted_at, now_if_running(ended(run)))
 
 
 def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> RunStatus:
-    """The typed status of one polled run (see `poll_statuses` for `brief` and `goodput`)."""
+    """The typed status of one polled run (see `reconcile_statuses` for `brief` and `goodput`)."""
     run, info = polled.run, polled.info
     root = RunDir(run.run_dir, snapshot=True)
     failing = run.state in FAILURE_NAMES
@@ -266,7 +266,7 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
     return status
 
 
-def array_trials(run: Run, root: RunDir) -> range | None:
+def array_trials(run: RunRecord, root: RunDir) -> range | None:
     """The element folders that belong to this index entry: a sweep's root holds the trials of all its
     arrays, and the array whose run id ends `+OFFSET` (the first: none) holds trials OFFSET and on, as
     its array indices 0 and on. None: every folder is the run's own (a plain job array)."""

@@ -10,13 +10,13 @@ from typing import Annotated
 
 import msgspec
 
-from hpctrain.rundir import Run
+from hpctrain.rundir import RunRecord
 from hpctrain.rundir.io import decode_hook, encode_hook
 from hpctrain.scheduler import NAMES
 from hpctrain.scheduler.base import JobState
 
 
-class Added(Run, tag="add", tag_field="op"):
+class Added(RunRecord, tag="add", tag_field="op"):
     """A run as submitted (or, in the archive, as it ended): the run record, marked as an index line."""
 
 
@@ -31,14 +31,14 @@ class Changed(msgspec.Struct, tag="state", tag_field="op", kw_only=True, omit_de
     job_id: str | None = None
 
 
-def added(run: Run) -> Added:
+def added(run: RunRecord) -> Added:
     """The index line of a run (a run read from the index already is one)."""
     return run if isinstance(run, Added) else Added(**msgspec.structs.asdict(run))
 
 
-def record(run: Run) -> Run:
+def record(run: RunRecord) -> RunRecord:
     """A copy of the run without its index line's mark, for record.json to add its own fields to."""
-    return Run(**msgspec.structs.asdict(run))
+    return RunRecord(**msgspec.structs.asdict(run))
 
 
 class Decoded(msgspec.Struct):
