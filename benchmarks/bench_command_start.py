@@ -153,13 +153,13 @@ def markdown_row(found: dict[str, list[dict[str, float]]], ratio: dict[str, floa
     figure = (
         f"**{ratio['start']:.2f}** ({hpc['start']:.2f} / {hand['start']:.2f} s); past the first barrier "
         f"{ratio['barrier']:.2f} ({hpc['barrier']:.2f} / {hand['barrier']:.2f} s); to the job's end "
-        f"{ratio['total']:.2f} ({hpc['total']:.1f} / {hand['total']:.1f} s)"
+        f"{ratio['total']:.2f} ({hpc['total']:.1f} / {hand['total']:.1f} s); load {os.getloadavg()[0]:.1f}"
     )
     return (
         "| A command job's start, batch script to the slowest rank's first line (2 nodes x 2 ranks, gloo), "
         f"hpctrain (`launcher: srun`) / hand-written `srun torchrun`, median of {pairs} pairs' ratios | "
-        f"{figure} | {datetime.now():%Y-%m-%d} | CPU 2 cores (local cluster), load "
-        f"{os.getloadavg()[0]:.1f} | `python benchmarks/bench_command_start.py --pairs {pairs}` |"
+        f"{figure} | {datetime.now():%Y-%m-%d} | CPU 2 cores (local cluster) | "
+        f"`python benchmarks/bench_command_start.py --pairs {pairs}` |"
     )
 
 
