@@ -140,6 +140,8 @@ class CommandRank:
         watchdog = self.job.watchdog
         timeout_s = collective_timeout_s(watchdog, 120)
         nccl = nccl_env(self.run, timeout_s, flight_recorder_names=torch_at_least(2, 7))
+        # NCCL writes its flight-recorder dump into failures/ but never makes the folder (seen on an H100).
+        self.run.failures.mkdir(parents=True, exist_ok=True)
         return contract.child_env(self.env, self.run, self.attempt, nccl)
 
     # -- starting --------------------------------------------------------------------------------

@@ -177,3 +177,16 @@ def test_heartbeats_advance_with_the_script_and_stop_when_it_is_stopped(tmp_path
         code, out = finish(proc)
     assert code == 128 + signal.SIGTERM, out
     assert not run.failure(0).exists(), "a rank that srun ended reports nothing"
+
+
+def test_the_flight_recorders_dump_folder_exists_before_the_script_starts(tmp_path: Path) -> None:
+    """NCCL writes its dump where the wrapper's environment points but never makes the folder."""
+    proc, _run = start(
+        tmp_path,
+        "import os\n"
+        "dump = os.environ.get('TORCH_FR_DUMP_TEMP_FILE') or os.environ['TORCH_NCCL_DEBUG_INFO_TEMP_FILE']\n"
+        "print('dump folder', os.path.isdir(os.path.dirname(dump)))\n",
+    )
+    code, out = finish(proc)
+    assert code == 0, out
+    assert "dump folder True" in out
