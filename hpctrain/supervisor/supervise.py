@@ -51,7 +51,6 @@ from hpctrain.rundir.attempts import (
 from hpctrain.rundir.ports import job_ports
 from hpctrain.rundir.standby_go import global_rank
 from hpctrain.rundir.structs import SIGNALLED
-from hpctrain.scheduler.slurm.facts import FailedTask, srun_task_errors
 from hpctrain.scheduler.slurm.nodes import (
     answers,
     down_nodes,
@@ -62,6 +61,7 @@ from hpctrain.scheduler.slurm.nodes import (
     partition_nodes_left,
     slurmd_unreachable,
 )
+from hpctrain.scheduler.slurm.task_errors import FailedTask, srun_task_errors
 from hpctrain.spec.job import Restart
 from hpctrain.supervisor.components import Components
 

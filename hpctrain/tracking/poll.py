@@ -29,7 +29,7 @@ from hpctrain.rundir import (
 )
 from hpctrain.scheduler import select_backend
 from hpctrain.scheduler.base import JobInfo, JobState, fold_elements
-from hpctrain.scheduler.slurm.facts import MAX_RANGE, FailedTask, srun_task_errors
+from hpctrain.scheduler.slurm.task_errors import MAX_RANGE, FailedTask, srun_task_errors
 from hpctrain.tracking.index import ENDED_STATES, Index, RunRecord
 
 TERMINAL_NAMES = ENDED_STATES

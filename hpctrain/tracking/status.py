@@ -19,7 +19,7 @@ from hpctrain.rundir.attempts import History, run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
 from hpctrain.rundir.names import ATTEMPTS, SWEEP
 from hpctrain.scheduler.base import JobInfo, JobState
-from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.scheduler.slurm.task_errors import FailedTask
 from hpctrain.tracking import health
 from hpctrain.tracking.health import Health
 from hpctrain.tracking.index import Index, RunRecord

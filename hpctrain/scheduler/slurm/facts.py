@@ -1,4 +1,4 @@
-"""What the live cluster says about itself: parsers of scontrol/srun/sacctmgr output, and the calls.
+"""What the live cluster says about itself: parsers of scontrol/srun/sacctmgr output, and the reads.
 
 The parsers are pure functions of text (tested with hypothesis: any text gives a value or a
 SlurmParseError, never another exception); `ClusterFacts.read()` runs the commands once each.
@@ -7,19 +7,13 @@ SlurmParseError, never another exception); `ClusterFacts.read()` runs the comman
 from __future__ import annotations
 
 import re
-import subprocess
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-import msgspec
-
-from hpctrain.errors import BackendError, HpctrainError
+from hpctrain.errors import HpctrainError
+from hpctrain.scheduler.slurm.commands import command
 
 _KEY = re.compile(r"(?:^|(?<=\s))([A-Za-z][A-Za-z0-9_:/.\-]*)=")
 _RANGE = re.compile(r"\[([^\[\]]*)\]")
-_SRUN_ERROR = re.compile(r"srun: error: (\S+): tasks? ([0-9,\-]+): (.+)$")
-# srun's line names tasks by ranges (`tasks 0-3,7`); one larger than this is shown as written.
-MAX_RANGE = 1024
 
 
 def is_number(text: str) -> bool:
@@ -286,62 +280,3 @@ def accounting_problem(timeout: float = 60) -> str | None:
     except HpctrainError as err:
         return str(err)
     return None
-
-
-def command(argv: list[str], timeout: float = 30, merge: bool = False) -> str:
-    """Run a Slurm command; a missing binary, a timeout or a non-zero exit is one BackendError line."""
-    try:
-        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
-    except FileNotFoundError:
-        raise BackendError(f"{argv[0]} not found: is this a Slurm login node?") from None
-    except subprocess.TimeoutExpired:
-        raise BackendError(f"{' '.join(argv)} did not answer within {timeout:.0f} s") from None
-    if proc.returncode != 0:
-        message = (proc.stderr or proc.stdout).strip().splitlines()
-        raise BackendError(f"{' '.join(argv)} failed: {message[-1] if message else proc.returncode}")
-    return proc.stdout + (proc.stderr if merge else "")
-
-
-# ----------------------------------------------------------------------------------------------
-# srun's word on tasks that died (batch logs)
-# ----------------------------------------------------------------------------------------------
-
-
-class FailedTask(msgspec.Struct):
-    """srun's own word on a task that died: `srun: error: node2: task 3: Killed`."""
-
-    rank: str
-    node: str
-    error: str
-
-
-def srun_task_errors(lines: Iterable[str], max_tasks: int = MAX_RANGE) -> list[FailedTask]:
-    """The tasks that srun's error lines among `lines` name, each once (its first word counts); a
-    task by its node too (steps of one node each count their tasks from 0)."""
-    found: dict[tuple[str, str], FailedTask] = {}
-    for line in lines:
-        match = _SRUN_ERROR.search(line)
-        if not match:
-            continue
-        node, tasks, what = match.groups()
-        for task in task_ranks(tasks):
-            if len(found) >= max_tasks:
-                return list(found.values())
-            found.setdefault((task, node), FailedTask(task, node, what.strip()))
-    return list(found.values())
-
-
-def task_ranks(ranges: str) -> list[str]:
-    """`0-2,7` -> 0 1 2 7; a range wider than MAX_RANGE, or one that is no range, stays as written."""
-    out: list[str] = []
-    for part in ranges.split(","):
-        low, dash, high = part.partition("-")
-        if dash and _small_number(low) and _small_number(high) and 0 <= int(high) - int(low) < MAX_RANGE:
-            out.extend(str(i) for i in range(int(low), int(high) + 1))
-        elif part:
-            out.append(part)
-    return out
-
-
-def _small_number(text: str) -> bool:
-    return 0 < len(text) <= 18 and text.isascii() and text.isdigit()

@@ -24,7 +24,8 @@ from hpctrain.rundir import RunDir
 from hpctrain.rundir.attempts import History, restart_policy
 from hpctrain.scheduler.base import JobInfo, JobState
 from hpctrain.scheduler.slurm import KILL_STEP
-from hpctrain.scheduler.slurm.facts import command, expand_hostlist, parse_record, parse_records
+from hpctrain.scheduler.slurm.commands import command
+from hpctrain.scheduler.slurm.facts import expand_hostlist, parse_record, parse_records
 
 # scontrol node states that mean the node is gone (a drained node is alive).
 DEAD_STATES = ("DOWN", "NOT_RESPONDING", "FAIL", "POWER")

@@ -4,7 +4,7 @@ and srun's own options (which container plugins it has)."""
 from __future__ import annotations
 
 from hpctrain.errors import HpctrainError
-from hpctrain.scheduler.slurm.facts import command
+from hpctrain.scheduler.slurm.commands import command
 
 
 def probe_node(partition: str, script: str, job_name: str, timeout: float = 120) -> list[str]:

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from hpctrain.rundir import AttemptLine, FailureReport, HangReport, RankState, RunDir, append_line
 from hpctrain.rundir.attempts import FAULTS, History, Outcome, run_summary, summarize, summary_line
-from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.scheduler.slurm.task_errors import FailedTask
 from hpctrain.spec.job import Restart
 from hpctrain.supervisor import supervise
 from hpctrain.supervisor.supervise import (

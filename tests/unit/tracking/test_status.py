@@ -20,7 +20,7 @@ from hpctrain.rundir import (
     metric_line,
     write_json,
 )
-from hpctrain.scheduler.slurm.facts import FailedTask
+from hpctrain.scheduler.slurm.task_errors import FailedTask
 from hpctrain.tracking.index import Index
 from hpctrain.tracking.status import (
     HANG_KILLED,

@@ -7,6 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpctrain.scheduler.slurm import facts as sf
+from hpctrain.scheduler.slurm import task_errors
 from hpctrain.site.builder import build_site
 from hpctrain.spec import Site, decode
 
@@ -78,8 +79,8 @@ def test_arbitrary_text_gives_value_or_parse_error(parse: object, text: str) -> 
 @given(st.from_regex(r"[0-9,\-]{0,80}", fullmatch=True))
 def test_task_ranks_never_raises_and_stays_small(text: str) -> None:
     """srun's task list, whatever digits, dashes and commas it holds: no ValueError, no huge list."""
-    ranks = sf.task_ranks(text)
-    assert len(ranks) <= (text.count(",") + 1) * sf.MAX_RANGE
+    ranks = task_errors.task_ranks(text)
+    assert len(ranks) <= (text.count(",") + 1) * task_errors.MAX_RANGE
     assert all(rank for rank in ranks)
 
 
