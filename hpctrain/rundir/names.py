@@ -121,6 +121,11 @@ SLURM_ARRAY_BATCH_LOG = ARRAY_BATCH_LOG.name("%a")
 SLURM_PREFLIGHT_LOG = PREFLIGHT_LOG.name("%t")
 
 
+def slurm_standby_log(node: str) -> str:
+    """A warm standby task's output in standby/GEN/: NODE-TASK.log (srun fills in %t)."""
+    return f"{node}-%t.log"
+
+
 def template_files() -> dict[str, str]:
     """The names the batch-script templates use, passed as the render context's ``files``."""
     return {

@@ -22,7 +22,13 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpctrain.rundir import RunDir
-from hpctrain.rundir.names import STANDBY, STANDBY_GO, STANDBY_READY_PREFIX, STANDBY_TAKEN_PREFIX
+from hpctrain.rundir.names import (
+    STANDBY,
+    STANDBY_GO,
+    STANDBY_READY_PREFIX,
+    STANDBY_TAKEN_PREFIX,
+    slurm_standby_log,
+)
 from hpctrain.supervisor.standby_steps import NODE
 
 TAKE_TRIES = 50  # the go must be taken within TAKE_TRIES x TAKE_POLL_S
@@ -63,7 +69,7 @@ class WarmStandby:
             ",".join(nodes),
         ]
         owner += [self.go_signal.name.removeprefix("SIG"), str(self.folder / STANDBY_GO), "--"]
-        self.process = subprocess.Popen(owner + self.step(NODE, str(self.folder / f"{NODE}-%t.log")))
+        self.process = subprocess.Popen(owner + self.step(NODE, str(self.folder / slurm_standby_log(NODE))))
 
     def on_every_node(self, prefix: str, nodes: list[str]) -> bool:
         """Every task on `nodes` has written its PREFIX-NODE.LOCALID file."""

@@ -47,7 +47,7 @@ def test_outside_a_job_every_call_is_a_no_op_and_only_the_standard_library_loads
     assert proc.returncode == 0, proc.stderr
     stop, loaded = proc.stdout.splitlines()
     assert stop == "False"
-    assert loaded == "['hpctrain', 'hpctrain.client']"
+    assert loaded == "['hpctrain', 'hpctrain.client', 'hpctrain.version']"
     assert not any(tmp_path.iterdir())
 
 
@@ -56,7 +56,15 @@ def test_rank_0_writes_train_and_event_lines_that_the_run_directory_reads(tmp_pa
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines()[0] == "False"
     # Inside a job too, nothing but the standard library: rundir's names and slots load by path.
-    loaded = "['hpctrain', 'hpctrain._client_names', 'hpctrain._client_slots', 'hpctrain.client']"
+    loaded = str(
+        [
+            "hpctrain",
+            "hpctrain._client_names",
+            "hpctrain._client_slots",
+            "hpctrain.client",
+            "hpctrain.version",
+        ]
+    )
     assert proc.stdout.splitlines()[1] == loaded
     lines = RunDir(tmp_path).read_metrics()
     start, first, second, saved = lines
