@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from hpctrain import spec
+from hpctrain.errors import HpctrainError
 from hpctrain.rundir import RunDir
 from hpctrain.rundir.names import SLURM_NODE_LOG, SLURM_PREFLIGHT_LOG, SLURM_RANK_LOG
 from hpctrain.scheduler.rank_program import rank_program
@@ -40,6 +41,8 @@ from hpctrain.supervisor.supervise import TOO_FEW_NODES, Decision, Job, availabl
 from hpctrain.supervisor.warm_standby import WarmStandby
 
 Process = subprocess.Popen[bytes]
+REQUEUE_REFUSED = 1
+"""The exit code of a job whose requeue Slurm refused: it can neither go on nor come back."""
 
 
 def say(message: str) -> None:
@@ -191,7 +194,12 @@ class AttemptLoop:
         nodes += [node for node in exclude if node not in nodes]
         without = f" without {','.join(nodes)}" if nodes else ""
         say(f"requeueing job {self.job.job_ref}{without}")
-        requeue_now(self.job.job_ref, nodes)
+        try:
+            for failure in requeue_now(self.job.job_ref, nodes):
+                say(f"after the requeue: {failure}")
+        except HpctrainError as err:
+            say(f"Slurm refused the requeue ({err}): the job fails instead")
+            return self.finish(REQUEUE_REFUSED)
         return 0
 
     def finish(self, code: int) -> int:

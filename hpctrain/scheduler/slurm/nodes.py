@@ -252,7 +252,7 @@ def excluded_nodes(job_ref: str) -> list[str]:
     return hostnames(job_record(job_ref).get("ExcNodeList", ""))
 
 
-def requeue_now(job_ref: str, exclude: list[str]) -> None:
+def requeue_now(job_ref: str, exclude: list[str]) -> list[str]:
     """Back to the queue at once, with ExcNodeList = `exclude`.
 
     Slurm would hold a requeued job ~120 s (Reason=BeginTime, its cred_expire): when the batch
@@ -260,9 +260,20 @@ def requeue_now(job_ref: str, exclude: list[str]) -> None:
     still to come. So the job may start 2 s from now (called once the job's own step has ended);
     `hpctrain status` releases it should the script's end take longer. requeuehold ends the batch
     script (SIGTERM, then SIGKILL after KillWait): the caller ignores SIGTERM (its children, these
-    commands, inherit that), or the job would stay held for good."""
-    quiet(["scontrol", "requeuehold", job_ref])
+    commands, inherit that), or the job would stay held for good.
+
+    A refused requeuehold raises BackendError: the job has not gone back to the queue, and the caller
+    must end it rather than report a requeue. Once it holds, the rest is best effort, each failure
+    returned as a line for the job's log: a job left held is released by `hpctrain status`, one that
+    keeps a node it should not is only slower to recover."""
+    command(["scontrol", "requeuehold", job_ref])
+    updates = [["scontrol", "update", f"jobid={job_ref}", "StartTime=now+2"], ["scontrol", "release", job_ref]]
     if exclude:
-        quiet(["scontrol", "update", f"jobid={job_ref}", "ExcNodeList=" + ",".join(exclude)])
-    quiet(["scontrol", "update", f"jobid={job_ref}", "StartTime=now+2"])
-    quiet(["scontrol", "release", job_ref])
+        updates.insert(0, ["scontrol", "update", f"jobid={job_ref}", "ExcNodeList=" + ",".join(exclude)])
+    failed = []
+    for argv in updates:
+        try:
+            command(argv)
+        except HpctrainError as err:
+            failed.append(str(err))
+    return failed

@@ -3,6 +3,7 @@ gets, the rank program in each of them, and the job's end as the batch shell's g
 
 from __future__ import annotations
 
+import signal
 import sys
 from pathlib import Path
 
@@ -86,3 +87,25 @@ def test_the_job_end_is_appended_for_the_shells_guard(tmp_path: Path) -> None:
     loop = loop_of(tmp_path)
     assert loop.finish(3) == 3
     assert RunDir(tmp_path).exit_codes.read_text() == "42 3\n"
+
+
+def test_a_requeue_that_slurm_refuses_ends_the_job_with_a_code_the_guard_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Reported as a requeue, the job would end for good while its log said it was coming back."""
+    from hpctrain.errors import BackendError
+    from hpctrain.supervisor import attempt_loop
+
+    def refused(job_ref: str, exclude: list[str]) -> list[str]:
+        raise BackendError(f"scontrol requeuehold {job_ref} failed: Requested operation is presently disabled")
+
+    monkeypatch.setattr(attempt_loop, "requeue_now", refused)
+    monkeypatch.setattr(attempt_loop, "excluded_nodes", lambda ref: [])
+    loop = loop_of(tmp_path)
+    try:
+        code = loop.requeue(["node2"])
+    finally:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    assert code == attempt_loop.REQUEUE_REFUSED != 0
+    assert RunDir(tmp_path).exit_codes.read_text() == f"42 {code}\n"
+    assert "Slurm refused the requeue (scontrol requeuehold 42 failed" in capsys.readouterr().out

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from hpctrain.errors import HpctrainError
 from hpctrain.rundir import AttemptLine, RunDir, append_line
 from hpctrain.scheduler.base import JobInfo, JobState
 from hpctrain.scheduler.local import LocalBackend
@@ -124,3 +126,46 @@ def test_the_local_backend_holds_nothing(tmp_path: Path) -> None:
     run = RunDir(tmp_path)
     lost_attempt(run)
     assert LocalBackend().release_held([(run, held())]) == []
+
+
+def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, refuse: str) -> Path:
+    """An scontrol on PATH that logs each call and fails (exit 1, Slurm's words) the verb `refuse`."""
+    bin_dir, calls = tmp_path / "bin", tmp_path / "calls"
+    bin_dir.mkdir()
+    script = bin_dir / "scontrol"
+    script.write_text(
+        f'#!/bin/sh\necho "$*" >> {calls}\n'
+        f'if [ "$1" = {refuse} ]; then echo "Requested operation is presently disabled" >&2; exit 1; fi\n'
+    )
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    return calls
+
+
+def test_a_refused_requeuehold_raises_and_nothing_else_is_tried(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The supervisor must not report a requeue that never happened (the job would end for good)."""
+    calls = fake_scontrol(tmp_path, monkeypatch, refuse="requeuehold")
+    with pytest.raises(HpctrainError, match="requeuehold 7 failed: Requested operation is presently disabled"):
+        slurm_nodes.requeue_now("7", ["node2"])
+    assert calls.read_text().splitlines() == ["requeuehold 7"]
+
+
+def test_once_held_every_update_is_tried_and_a_failed_one_is_returned_as_a_line(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = fake_scontrol(tmp_path, monkeypatch, refuse="update")
+    failures = slurm_nodes.requeue_now("7", ["node2"])
+    assert calls.read_text().splitlines() == [
+        "requeuehold 7",
+        "update jobid=7 ExcNodeList=node2",
+        "update jobid=7 StartTime=now+2",
+        "release 7",
+    ]
+    assert len(failures) == 2 and all("presently disabled" in line for line in failures)
+    assert slurm_nodes.requeue_now("7", []) and calls.read_text().splitlines()[-3:] == [
+        "requeuehold 7",
+        "update jobid=7 StartTime=now+2",
+        "release 7",
+    ]
