@@ -267,7 +267,10 @@ def requeue_now(job_ref: str, exclude: list[str]) -> list[str]:
     returned as a line for the job's log: a job left held is released by `hpctrain status`, one that
     keeps a node it should not is only slower to recover."""
     command(["scontrol", "requeuehold", job_ref])
-    updates = [["scontrol", "update", f"jobid={job_ref}", "StartTime=now+2"], ["scontrol", "release", job_ref]]
+    updates = [
+        ["scontrol", "update", f"jobid={job_ref}", "StartTime=now+2"],
+        ["scontrol", "release", job_ref],
+    ]
     if exclude:
         updates.insert(0, ["scontrol", "update", f"jobid={job_ref}", "ExcNodeList=" + ",".join(exclude)])
     failed = []

@@ -97,7 +97,7 @@ def test_a_requeue_that_slurm_refuses_ends_the_job_with_a_code_the_guard_reads(
     from hpctrain.supervisor import attempt_loop
 
     def refused(job_ref: str, exclude: list[str]) -> list[str]:
-        raise BackendError(f"scontrol requeuehold {job_ref} failed: Requested operation is presently disabled")
+        raise BackendError(f"scontrol requeuehold {job_ref} failed: Requested operation is disabled")
 
     monkeypatch.setattr(attempt_loop, "requeue_now", refused)
     monkeypatch.setattr(attempt_loop, "excluded_nodes", lambda ref: [])

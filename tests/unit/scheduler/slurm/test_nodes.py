@@ -147,7 +147,8 @@ def test_a_refused_requeuehold_raises_and_nothing_else_is_tried(
 ) -> None:
     """The supervisor must not report a requeue that never happened (the job would end for good)."""
     calls = fake_scontrol(tmp_path, monkeypatch, refuse="requeuehold")
-    with pytest.raises(HpctrainError, match="requeuehold 7 failed: Requested operation is presently disabled"):
+    refused = "requeuehold 7 failed: Requested operation is presently disabled"
+    with pytest.raises(HpctrainError, match=refused):
         slurm_nodes.requeue_now("7", ["node2"])
     assert calls.read_text().splitlines() == ["requeuehold 7"]
 
