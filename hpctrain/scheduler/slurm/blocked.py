@@ -107,10 +107,13 @@ class PendingRow(msgspec.Struct, frozen=True):
 
     @classmethod
     def read(cls, columns: list[str]) -> PendingRow | None:
-        """`%P|%D|%x|%n|%E` columns; None when they are missing or do not read (then no verdict)."""
+        """`%P|%D|%x|%n|%E` columns; None when they are missing or do not read, or name neither nodes
+        nor a dependency (most pending rows: then the reason alone is judged, at no cost)."""
         if len(columns) < 5:
             return None
         partition, count, excluded, required, dependency = (c.strip() for c in columns[:5])
+        if not excluded and not required and dependency in ("", "(null)"):
+            return None
         try:
             return cls(
                 partitions=[p for p in partition.split(",") if p],
