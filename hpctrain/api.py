@@ -1000,6 +1000,7 @@ def __getattr__(name: str) -> Any:
 
 
 _STRUCTS: Mapping[str, str] = {
+    "Blocked": "hpctrain.scheduler.base",
     "FieldDoc": "hpctrain.spec",
     "JobSource": "hpctrain.submission.submit_path",
     "JobSpec": "hpctrain.spec",

@@ -21,6 +21,23 @@ if TYPE_CHECKING:
     from hpctrain.scheduler.render import BatchOptions, DoctorJob
 
 
+class Blocked(msgspec.Struct, frozen=True):
+    """A pending job that can never run as it is (`certain`), or is likely never to: why, and what to do."""
+
+    cause: str
+    """What stops it: Slurm's reason, a dependency that can no longer be met, or node lists that leave
+    its partition too few nodes (e.g. `its ExcNodeList node1,node2 leaves 0 of the 2 nodes of partition
+    debug for a job of 2 nodes`)."""
+    fix: str
+    """What to do about it, e.g. `` `hpctrain cancel 12`, then submit it again ``."""
+    certain: bool = True
+    """False where it may still run: a limit or an account that an admin may change."""
+
+    def warning(self) -> str:
+        """The one line status prints: `can never run: CAUSE; FIX` (`may never run` when not certain)."""
+        return f"{'can never run' if self.certain else 'may never run'}: {self.cause}; {self.fix}"
+
+
 class JobInfo(msgspec.Struct):
     """What one poll knows of one job."""
 
@@ -37,6 +54,8 @@ class JobInfo(msgspec.Struct):
     """Array jobs: the state of each element by index (`4`, or `[5-9]` for still pending ones)."""
     element_reasons: dict[str, str] = msgspec.field(default_factory=dict)
     """Array jobs: the scheduler's reason for each element that has one (a pending range's wait)."""
+    blocked: Blocked | None = None
+    """A pending job (or pending part of one: an array range, a hetjob component) that can never run."""
 
 
 class Limits(msgspec.Struct):
@@ -81,6 +100,7 @@ def merge_component(found: dict[str, JobInfo], info: JobInfo, raw_id: str = "") 
 
     Hetjob components: the most telling state wins. Array elements (`raw_id` like `123_4`): each
     keeps its own state and the job's state is their fold, terminal only when every element is.
+    A part that can never run (`blocked`) marks the job, whichever part's state it shows.
     """
     current = found.get(info.job_id)
     element = array_element(raw_id)
@@ -94,9 +114,11 @@ def merge_component(found: dict[str, JobInfo], info: JobInfo, raw_id: str = "") 
         found[info.job_id] = msgspec.structs.replace(
             shown, elements=states, element_reasons=reasons, state=fold_elements(states.values())
         )
-        return
-    if current is None or _severity(info.state) > _severity(current.state):
+    elif current is None or _severity(info.state) > _severity(current.state):
         found[info.job_id] = info
+    # One part that can never run (a pending range, a component) holds the whole job back.
+    merged = found[info.job_id]
+    merged.blocked = merged.blocked or info.blocked or (current.blocked if current else None)
 
 
 def element_indices(element: str, count: int) -> list[int]:

@@ -18,7 +18,7 @@ from hpctrain.rundir import MAX_JSON_BYTES, RestartSummary, RunDir, SweepRecord,
 from hpctrain.rundir.attempts import History, run_summary
 from hpctrain.rundir.goodput import GoodputSplit, now_if_running, split
 from hpctrain.rundir.names import ATTEMPTS, SWEEP
-from hpctrain.scheduler.base import JobInfo, JobState
+from hpctrain.scheduler.base import Blocked, JobInfo, JobState
 from hpctrain.scheduler.slurm.task_errors import FailedTask
 from hpctrain.tracking import health
 from hpctrain.tracking.health import Health
@@ -131,6 +131,10 @@ class RunStatus(msgspec.Struct, omit_defaults=True):
     cancelled_by: str = ""
     """Who cancelled it: `you` (through `hpctrain cancel`, or sacct's `CANCELLED by` your uid), another
     user's name, or empty when it was not cancelled or nobody is known."""
+    blocked: Blocked | None = None
+    """A job still waiting that can never run as it is, or is likely never to (`certain` false): the
+    cause (an ExcNodeList that leaves its partition too few nodes, a dependency that can no longer be
+    met, Slurm's reason) and what to do; `blocked.warning()` is the line `status` prints."""
     goodput: GoodputSplit | None = None
     """Where the wall time went: scheduling, start-up, training, rollback, checkpoint blocking and
     detection (`status --json` and the API; not the views, which do not show it)."""
@@ -243,6 +247,8 @@ def assemble(polled: PolledRun, brief: bool = False, goodput: bool = True) -> Ru
         source=info.source if info else "cache",
         progress=progress,
     )
+    if info is not None and info.blocked is not None and not ended(run):
+        status.blocked = info.blocked
     if run.state == JobState.CANCELLED.value and run.reason.startswith(CANCELLED_BY):
         status.cancelled_by = run.reason.removeprefix(CANCELLED_BY)
     if run.state == JobState.PENDING.value and (requeue := requeued(root)):

@@ -72,11 +72,16 @@ def job_progress(label: str, state: str, progress: Progress) -> JobProgress:
 
 
 def rows(statuses: list[RunStatus]) -> list[JobProgress]:
-    """One entry per job, and one per started element of an array job."""
+    """One entry per job, and one per started element of an array job; a job that can never run says so
+    in its state."""
     out = []
     for status in statuses:
         label = f"{status.job_id or '-'} {status.name}"
-        out.append(job_progress(label, status.state, status.progress))
+        state = str(status.state)
+        if status.blocked is not None:  # the cause and its fix are `hpctrain status JOBID`'s line
+            never = "can never run" if status.blocked.certain else "may never run"
+            state += f" ({never}: `hpctrain status {status.job_id}`)"
+        out.append(job_progress(label, state, status.progress))
         for element in status.elements:
             out.append(job_progress(f"{status.job_id}_{element.index}", element.state, element.progress))
     return out

@@ -66,6 +66,8 @@ def show(statuses: list[RunStatus], detail: bool = False) -> None:
     print(table([row for s in statuses for row in summary_rows(s)], HEADER))
     for status in statuses:
         label = f"job {status.job_id}"
+        if status.blocked is not None:
+            print(f"  {label}: {printable(status.blocked.warning())}")
         if status.health is not None:
             from hpctrain.tracking.health import describe
 

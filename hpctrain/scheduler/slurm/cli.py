@@ -6,6 +6,7 @@ import math
 import os
 import re
 import shutil
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,6 +23,7 @@ from hpctrain.scheduler.base import (
     merge_accounting,
 )
 from hpctrain.scheduler.job_comment import carried_run_id
+from hpctrain.scheduler.slurm.blocked import parse_partitions
 from hpctrain.scheduler.slurm.facts import parse_config, user_associations
 from hpctrain.scheduler.slurm.nodes import release_requeued
 from hpctrain.scheduler.slurm.parse import last_line, max_array_size, parse_sacct, parse_sbatch, parse_squeue
@@ -35,8 +37,13 @@ if TYPE_CHECKING:
 # squeue and sacct must never hang a login-node command: a controller that does not answer in this
 # many seconds (HPCTRAIN_SLURM_TIMEOUT) is reported as unreachable.
 DEFAULT_TIMEOUT_S = 20.0
-SQUEUE_FORMAT = "%i|%T|%r|%N|%M"
+# After the state columns, what tells whether a pending job can ever run (blocked.never_runs): its
+# partitions, node count, excluded and required nodes, and dependency. Same RPC, a few more bytes.
+SQUEUE_FORMAT = "%i|%T|%r|%N|%M|%P|%D|%x|%n|%E"
+# How long one `scontrol show partition` answer serves polls (status --watch, Run.wait) in this process.
+PARTITIONS_TTL_S = 60.0
 SACCT_FIELDS = "JobID,State,ExitCode,NodeList,Elapsed,Submit"
+_partitions_cache: tuple[float, dict[str, frozenset[str]]] | None = None
 UNREACHABLE = re.compile(r"unable to contact|connection refused|connect failure|timed out|Zero Bytes", re.I)
 
 
@@ -128,7 +135,21 @@ class SlurmCliBackend(Backend):
             ["squeue", "--me", "--states=all", "--noheader", f"--format={SQUEUE_FORMAT}"], "squeue"
         )
         out = self._check(proc, "squeue")
-        return parse_squeue(out, wanted)
+        return parse_squeue(out, wanted, self._partitions)
+
+    def _partitions(self) -> dict[str, frozenset[str]]:
+        """Each partition's nodes, asked of scontrol only when a pending job names nodes (an ExcNodeList,
+        a --nodelist), and then once a minute at most; empty when it does not answer."""
+        global _partitions_cache
+        now = time.monotonic()
+        if _partitions_cache is None or now - _partitions_cache[0] > PARTITIONS_TTL_S:
+            try:
+                proc = self._run(["scontrol", "show", "partition", "-o"], "scontrol show partition")
+            except BackendError:  # the poll itself answered: no verdict on nodes is no reason to fail it
+                proc = None
+            found = parse_partitions(proc.stdout) if proc is not None and proc.returncode == 0 else {}
+            _partitions_cache = (now, found)
+        return _partitions_cache[1]
 
     def _sacct(self, wanted: set[str]) -> dict[str, JobInfo]:
         proc = self._run(

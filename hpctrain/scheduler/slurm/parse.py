@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from hpctrain.errors import BackendError
-from hpctrain.scheduler.base import JobInfo, JobState, merge_component
+from hpctrain.scheduler.base import Blocked, JobInfo, JobState, merge_component
+from hpctrain.scheduler.slurm.blocked import PartitionNodes, PendingRow, never_runs
 
 # Every state squeue or sacct prints (22.05 to 26.05), folded into the enum. PREEMPTED stays
 # non-terminal: with --requeue a preempted job comes back (the watcher ends it when the spec says
@@ -90,8 +92,17 @@ def parse_sbatch(output: str | bytes) -> str:
     raise BackendError(f"sbatch printed no job id: {text.strip()[:200]!r}")
 
 
-def _parse_rows(output: str | bytes, wanted: set[str], source: str, third: str) -> dict[str, JobInfo]:
-    """Rows of `id|state|<third>|nodes|elapsed`, folded per base job id (components, array tasks)."""
+def _parse_rows(
+    output: str | bytes,
+    wanted: set[str],
+    source: str,
+    third: str,
+    submit_column: int | None = None,
+    judge: Callable[[JobInfo, list[str]], Blocked | None] | None = None,
+) -> dict[str, JobInfo]:
+    """Rows of `id|state|<third>|nodes|elapsed|...`, folded per base job id (components, array tasks).
+    `submit_column`: where a row's submit time is (the newest job of an id wins); `judge(info, rest)`
+    says whether a pending row (its columns after elapsed in `rest`) can never run."""
     found: dict[str, JobInfo] = {}
     newest: dict[str, str] = {}
     for line in as_text(output).splitlines():
@@ -103,7 +114,7 @@ def _parse_rows(output: str | bytes, wanted: set[str], source: str, third: str) 
         if job_id not in wanted:
             continue
         # Job ids come back after a controller's state is reset: only the newest job of an id counts.
-        submit = parts[5] if len(parts) > 5 else ""
+        submit = parts[submit_column] if submit_column is not None and len(parts) > submit_column else ""
         if submit < newest.get(job_id, ""):
             continue
         if submit > newest.get(job_id, ""):
@@ -118,15 +129,26 @@ def _parse_rows(output: str | bytes, wanted: set[str], source: str, third: str) 
             extra={"slurm_state": state},
         )
         setattr(info, third, "" if third_value == "None" else third_value)
+        if judge is not None and info.state is JobState.PENDING:
+            info.blocked = judge(info, parts[5:])
         merge_component(found, info, raw_id)
     return found
 
 
-def parse_squeue(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
-    """`squeue --format=%i|%T|%r|%N|%M` output: the third column is the pending reason."""
-    return _parse_rows(text, wanted, "squeue", "reason")
+def parse_squeue(
+    text: str | bytes, wanted: set[str], partitions: Callable[[], PartitionNodes] | None = None
+) -> dict[str, JobInfo]:
+    """`squeue --format=%i|%T|%r|%N|%M|%P|%D|%x|%n|%E` output: the third column is the pending reason.
+    A pending row's partition, node count, excluded and required nodes and dependency say whether it
+    can ever run (blocked.never_runs); `partitions` (each partition's nodes) is asked only for a row
+    that names nodes, and without it node lists are not judged."""
+
+    def judge(info: JobInfo, rest: list[str]) -> Blocked | None:
+        return never_runs(info.job_id, info.reason, PendingRow.read(rest), partitions or dict)
+
+    return _parse_rows(text, wanted, "squeue", "reason", judge=judge)
 
 
 def parse_sacct(text: str | bytes, wanted: set[str]) -> dict[str, JobInfo]:
     """`sacct --parsable2 --format=JobID,State,ExitCode,NodeList,Elapsed,Submit` output."""
-    return _parse_rows(text, wanted, "sacct", "exit_code")
+    return _parse_rows(text, wanted, "sacct", "exit_code", submit_column=5)

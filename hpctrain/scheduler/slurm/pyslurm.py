@@ -22,6 +22,7 @@ from hpctrain.scheduler.base import (
     merge_accounting,
     merge_component,
 )
+from hpctrain.scheduler.slurm.blocked import never_runs
 from hpctrain.scheduler.slurm.cli import SlurmCliBackend
 from hpctrain.scheduler.slurm.facts import expand_hostlist, major_minor, slurm_release
 from hpctrain.scheduler.slurm.nodes import HeldJob, held_release, is_dead, scontrol_release
@@ -283,11 +284,15 @@ def job_info(job: Any, source: str) -> JobInfo:
     reason = getattr(job, "state_reason", None) or ""
     nodes = getattr(job, "allocated_nodes", None) or getattr(job, "nodelist", None) or ""
     seconds = getattr(job, "run_time", None) or getattr(job, "elapsed_time", None)
-    return JobInfo(
+    info = JobInfo(
         _base_id(job), slurm_state(job.state), reason="" if reason == "None" else reason,
         exit_code=_exit_code(job), nodes=nodes, elapsed=elapsed_text(seconds), source=source,
         extra={"slurm_state": job.state},
     )  # fmt: skip
+    if info.state is JobState.PENDING:
+        # Slurm's reason only: judging node lists would cost a partition RPC (the command line's does).
+        info.blocked = never_runs(info.job_id, info.reason, None, dict)
+    return info
 
 
 def array_element(job: Any) -> str:

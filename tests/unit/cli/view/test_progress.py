@@ -11,6 +11,7 @@ import pytest
 
 from hpctrain.cli.view.progress import ProgressView, duration
 from hpctrain.rundir import RunDir, TrainLine
+from hpctrain.scheduler.base import Blocked
 from hpctrain.tracking.status import RunStatus
 from tests.unit.tracked_runs import assembled
 
@@ -35,6 +36,16 @@ def test_plain_lines_show_steps_rate_eta_and_only_changes(tmp_path: Path) -> Non
     view.close()
     lines = [line.split(" ", 1)[1] for line in out.getvalue().splitlines()]
     assert lines == ["42 digits PENDING", "42 digits RUNNING step 120/300 (40%), 2 steps/s, ETA 1:30"]
+
+
+def test_a_job_that_can_never_run_says_so_while_waited_on(tmp_path: Path) -> None:
+    out = io.StringIO()
+    view = ProgressView(out)
+    pending = _status(tmp_path, "PENDING")
+    pending.blocked = Blocked("its ExcNodeList node1 leaves 0 of the 1 nodes", "`hpctrain cancel 42`")
+    view.update([pending])
+    view.close()
+    assert out.getvalue().split(" ", 1)[1] == "42 digits PENDING (can never run: `hpctrain status 42`)\n"
 
 
 def test_rich_bars_carry_the_same_text(tmp_path: Path) -> None:
