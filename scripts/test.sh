@@ -228,8 +228,8 @@ timed lint lint
 # may run; on a cluster shared with others, run pytest without it.
 export HPCTRAIN_DISRUPTIVE="${HPCTRAIN_DISRUPTIVE:-1}"
 suite=0
-timed unit "$PYTHON" -m pytest tests/unit || suite=$?
-timed integration "$PYTHON" -m pytest tests --ignore=tests/unit || suite=$?
+timed unit "$PYTHON" -m pytest --durations=10 tests/unit || suite=$?
+timed integration "$PYTHON" -m pytest --durations=25 tests --ignore=tests/unit || suite=$?
 matrix=0
 if ((${#LEGS[@]})); then
     wait_for_build
