@@ -127,23 +127,12 @@ def slurm_standby_log(node: str) -> str:
 
 
 def template_files() -> dict[str, str]:
-    """The names the batch-script templates use, passed as the render context's ``files``."""
+    """The names the batch-script templates use, passed as the render context's ``files`` (every
+    other file the job writes is named by the Python that writes it)."""
     return {
         "logs": LOGS,
         "spec": SPEC,
         "trial_env": TRIAL_ENV,
-        "batch_log": BATCH_LOG,
-        "array_batch_log": SLURM_ARRAY_BATCH_LOG,
-        "rank_log": SLURM_RANK_LOG,
-        "node_log": SLURM_NODE_LOG,
         "array_prefix": ARRAY_ELEMENT.prefix,
-        "preempt_flag": PREEMPT_FLAG,
-        "requeue_request": REQUEUE_REQUEST,
         "exit_codes": EXIT_CODES,
-        "preflight_exclude": PREFLIGHT_EXCLUDE,
-        "preflight_log": SLURM_PREFLIGHT_LOG,
-        "standby": STANDBY,
-        "standby_go": STANDBY_GO,
-        "standby_ready_prefix": STANDBY_READY_PREFIX,
-        "standby_taken_prefix": STANDBY_TAKEN_PREFIX,
     }

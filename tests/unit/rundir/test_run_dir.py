@@ -32,6 +32,7 @@ from hpctrain.rundir import (
 )
 from hpctrain.rundir import names as rundir_names
 from hpctrain.scheduler.base import JobState
+from tests.conftest import REPO
 from tests.unit.code_strings import code_strings
 
 
@@ -135,10 +136,15 @@ def test_the_guard_catches_a_name_the_contract_does_not_list(source: str) -> Non
 
 def test_template_names_match_the_paths(run: RunDir) -> None:
     files = rundir.template_files()
-    assert files["rank_log"].replace("%t", "7") == run.rank_log(7).name
-    assert files["array_batch_log"].replace("%a", "3") == run.element(3).batch_log.name
-    assert files["node_log"].replace("%n", "n1") == run.node_log("n1").name
     assert files["array_prefix"] + "3" == run.element(3).root.name
+    assert run.root / files["exit_codes"] == run.exit_codes and run.root / files["spec"] == run.spec
+
+
+def test_every_template_name_is_used_by_a_template() -> None:
+    """A name no template reads is one more place a rename must reach for nothing."""
+    text = "".join(path.read_text() for path in (REPO / "templates").rglob("*.j2"))
+    unused = [key for key in rundir.template_files() if f"files.{key} " not in text]
+    assert not unused
 
 
 def test_result_round_trip_with_parameter_server_fields(run: RunDir) -> None:
