@@ -44,6 +44,7 @@ __all__ = [
     "HpctrainError",
     "InputError",
     "JobSource",
+    "NeverRuns",
     "NoLog",
     "NoResult",
     "NothingToReport",
@@ -91,6 +92,12 @@ commands), pyslurm, local (this machine, no Slurm)."""
 
 class WaitTimeout(HpctrainError):
     """`Run.wait` or `Sweep.wait` gave up: the run had not ended within the timeout."""
+
+
+class NeverRuns(HpctrainError):
+    """`Run.wait` or `wait_all` gave up at once: a run is pending and can never run as it is (an
+    excluded node list that leaves its partition too few nodes, a dependency that can no longer be
+    met). The message is the line `hpctrain status` prints: the cause and what to do."""
 
 
 class NoResult(HpctrainError):
@@ -416,7 +423,7 @@ class Run:
     ) -> RunStatus:
         """Poll (one batched scheduler query each time, the delay growing from 1 s to 5 s) until the run
         has ended; its last status. `progress` sees every poll's status. WaitTimeout after `timeout`
-        seconds (checked at each poll)."""
+        seconds (checked at each poll); NeverRuns when the run is pending and can never run as it is."""
         edge.function(progress, "progress")
         return wait_all([self], timeout, None if progress is None else lambda s: progress(s[0]))[0]
 
@@ -597,7 +604,8 @@ def wait_all(
     goodput: bool = True,
 ) -> list[RunStatus]:
     """Poll every run (one batched query per poll) until all have ended; their last statuses.
-    `progress` sees each poll; WaitTimeout after `timeout` seconds; `interval`: the longest delay;
+    `progress` sees each poll; WaitTimeout after `timeout` seconds; NeverRuns as soon as a pending
+    run can never run as it is (what `hpctrain status` warns of); `interval`: the longest delay;
     `goodput`: the last statuses carry the goodput split."""
     from hpctrain.tracking.status import MIN_INTERVAL_S, wait_until_ended
 
@@ -613,6 +621,14 @@ def wait_all(
     def on_poll(statuses: list[RunStatus], done: bool) -> None:
         if progress is not None:
             progress(statuses)
+        if not done:
+            never = [
+                f"job {h.job_id}: {s.blocked.warning()}"
+                for h, s in zip(handles, statuses, strict=True)
+                if s.blocked is not None and s.blocked.certain
+            ]
+            if never:
+                raise NeverRuns("; ".join(never))
         if not done and deadline is not None and time.monotonic() >= deadline:
             names = ", ".join(f"job {h.job_id} ({s.state})" for h, s in zip(handles, statuses, strict=True))
             raise WaitTimeout(f"not ended after {timeout:g} s: {names}")

@@ -68,3 +68,13 @@ def test_status_jobid_and_json_and_the_api_carry_the_warning(slurm: Path) -> Non
     status = api.find_run("691").status()
     assert status.blocked is not None and "DependencyNeverSatisfied" in status.blocked.cause
     assert api.find_run("692").status().blocked is None
+
+
+def test_waiting_on_a_job_that_can_never_run_ends_at_once_with_the_warning(slurm: Path) -> None:
+    """Not a wait for ever (or until the timeout): the API raises NeverRuns, `status --watch` exits 1."""
+    with pytest.raises(api.NeverRuns, match="job 691: can never run: its dependency afterok:690"):
+        api.find_run("691").wait(timeout=60)
+    with pytest.raises(api.NeverRuns, match="job 689: can never run"):
+        api.wait_all([api.find_run("692"), api.find_run("689")], timeout=60)
+    watched = cli("status", "689", "--watch")
+    assert watched.code == 1 and "can never run" in watched.stderr and "Traceback" not in watched.stderr
