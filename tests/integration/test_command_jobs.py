@@ -95,6 +95,20 @@ def test_status_shows_step_and_loss_from_the_progress_pattern(trained: dict[str,
     assert progress["loss"] is not None and progress["loss"] > 0, entry
 
 
+def test_tensorboard_gets_the_parsed_step_and_loss(trained: dict[str, Any]) -> None:
+    accumulators = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    run = RunDir(run_dir(trained))
+    board = accumulators.EventAccumulator(str(run.tensorboard))
+    board.Reload()
+    curve = [(event.step, event.value) for event in board.Scalars("train/loss")]
+    assert [step for step, _ in curve] == list(range(10, 301, 10)), curve
+    printed = {  # the losses rank 0 printed, read back here independently of the parser
+        int(words[1]): float(words[3])
+        for words in (line.split() for line in rank_log(run, 0).splitlines() if line.startswith("step "))
+    }
+    assert all(value == pytest.approx(printed[step], rel=1e-6) for step, value in curve), curve
+
+
 def test_a_rank_killed_with_sigkill_restarts_from_its_own_checkpoint(submitted: list[str]) -> None:
     entry = submit(JOB, *longer())
     submitted.append(entry["job_id"])
