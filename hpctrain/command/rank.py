@@ -31,6 +31,7 @@ from typing import IO, Any
 
 from hpctrain import spec
 from hpctrain.command import contract
+from hpctrain.command.event_files import CLOSE_WAIT_S, ProgressEventFiles, event_files
 from hpctrain.rundir import FailureReport, RunDir
 from hpctrain.rundir.slots import MAX_SLOTS, TICK_S, current_attempt, remove_node_files, stack_signal
 from hpctrain.rundir.structs import SIGNALLED
@@ -46,6 +47,8 @@ END_WAIT_S = 5.0
 TAIL_LINES = 5
 """Lines of the child's last output a failure report quotes (a peer's lost connection shows there)."""
 PR_SET_PDEATHSIG = 1
+PUMP_WAIT_S = 10.0 + CLOSE_WAIT_S
+"""After the child ends, how long its last output has to reach the log (and the event files)."""
 
 
 def say(message: str) -> None:
@@ -116,6 +119,7 @@ class CommandRank:
         self.preempted = threading.Event()
         self.ended_by: int | None = None  # a signal that came to this process from outside (srun's teardown)
         self.child: subprocess.Popen[bytes] | None = None
+        self.event_files: ProgressEventFiles | None = None  # rank 0's TensorBoard sink for the progress
         self.preemption_signal = signal.Signals["SIG" + signal_name(resolved.preemption.signal)]
 
     # -- what runs, and where ----------------------------------------------------------------------
@@ -224,6 +228,8 @@ class CommandRank:
             self.tail = [*self.tail[-(TAIL_LINES - 1) :], pending.decode("utf-8", "replace")]
         if progress is not None:
             progress.close()
+        if self.event_files is not None:
+            self.event_files.close()
 
     def progress_parser(self) -> Any:
         section = self.job.progress
@@ -232,10 +238,12 @@ class CommandRank:
         from hpctrain.rundir.log_progress import LogProgress, compile_progress
 
         pattern = compile_progress(section.pattern, section.preset)
-        try:
-            return LogProgress(self.run.root, pattern, total_steps=section.total_steps)  # type: ignore[call-arg]
-        except TypeError:  # a parser that reads the total itself
-            return LogProgress(self.run.root, pattern)
+        parser = LogProgress(self.run.root, pattern, total_steps=section.total_steps)
+        sink = event_files(self.run.root, self.rank, section.tensorboard)
+        if sink is not None:
+            parser.sinks.append(sink)
+            self.event_files = sink
+        return parser
 
     def heartbeat(self, child_pid: int) -> RankHeartbeat | None:
         watchdog = self.job.watchdog
@@ -331,7 +339,7 @@ class CommandRank:
                 beat.tick(time.time(), alive=not stopped)
             time.sleep(TICK_S)
         code = child.wait()
-        pumping.join(timeout=10.0)
+        pumping.join(timeout=PUMP_WAIT_S)
         if beat is not None:
             beat.leave()
             if code == 0:

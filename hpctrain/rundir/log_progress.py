@@ -16,7 +16,10 @@ steps/s, ETA), `report`, TensorBoard and a sweep's objective read it unchanged:
 A ``step`` group that matches empty text counts instead: the n-th matching line (that is not an
 evaluation's) is step n. The ``hf-trainer`` preset does so, because a Hugging Face Trainer does not print
 its step: its steps are logging intervals (``logging_steps`` optimizer steps each), and
-``progress.total_steps`` for the ETA is then ``max_steps / logging_steps``.
+``progress.total_steps`` for the ETA is then ``max_steps / logging_steps``. A restarted attempt's count
+goes on from where its first line's ``epoch`` group places it: after the train lines of earlier attempts
+at an earlier epoch (a script that resumed from its checkpoint continues; one that started over counts
+from 1 again). Without an ``epoch`` group every attempt counts from 1.
 
 :class:`LogProgress` never raises on what a script prints. It also keeps log-progress.json (lines
 seen, lines matched), from which `status` says that a pattern never matched.
@@ -110,6 +113,8 @@ MAX_MATCHED_CHARS = 4096
 """Only a line's first characters are matched: a runaway line costs no more than this."""
 STATE_EVERY_S = 5.0
 """log-progress.json is rewritten at most this often (and at the first line, first match and close)."""
+COUNT_LOOKBACK_LINES = 100_000
+"""The run's last metrics lines a counting pattern's restarted attempt reads to place its count."""
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
@@ -160,6 +165,7 @@ class LogProgress:
         self._written_at = -math.inf
         self._last: tuple[int, float] | None = None  # step and time of the last train line
         self._counted = 0  # the step of a counting pattern (an empty step group)
+        self._count_placed = False  # whether the count went on from the earlier attempts' lines
         self._failed = False  # the run directory could not be written: stop trying
 
     def feed(self, line: str) -> None:
@@ -217,6 +223,9 @@ class LogProgress:
                 return []
             step = int(step_value)
         else:  # a counting pattern: only lines with training numbers advance it
+            if has_train and not self._count_placed:
+                self._count_placed = True
+                self._counted = self._counted_before(metrics.get("epoch"))
             self._counted += has_train
             step = self._counted
         out: list[MetricLine] = []
@@ -225,6 +234,20 @@ class LogProgress:
         if evaluation:
             out.append(EvalLine(step=step, time=round(now, 3), **evaluation))
         return out
+
+    def _counted_before(self, epoch: float | None) -> int:
+        """The highest counted step that earlier attempts logged before `epoch` (0: none, or no epoch)."""
+        if epoch is None:
+            return 0
+        earlier = self.run.read_metrics(head=0, tail=COUNT_LOOKBACK_LINES)
+        return max(
+            (
+                line.step
+                for line in earlier
+                if isinstance(line, TrainLine) and line.metrics.get("epoch", math.inf) < epoch
+            ),
+            default=0,
+        )
 
     def _train_line(
         self, step: int, fields: dict[str, float], metrics: dict[str, float], now: float

@@ -106,12 +106,15 @@ class TensorBoardLog(GuardedSink):
         self.target.close()
 
 
-def open_log(run_dir: Path, rank: int, enabled: bool | None, resumed_step: int) -> TensorBoardLog | None:
+def open_log(
+    run_dir: Path, rank: int, enabled: bool | None, resumed_step: int, setting: str = "train.tensorboard"
+) -> TensorBoardLog | None:
     """Rank 0's TensorBoard sink (None elsewhere, when disabled, or without the tensorboard package:
     `enabled` None means "when installed", True warns when it is not).
 
     ``resumed_step`` is the step this attempt starts from (0 for a fresh start): events of earlier
-    attempts at later steps are purged, so a restart never shows a step twice.
+    attempts at later steps are purged, so a restart never shows a step twice. ``setting`` names the
+    spec field in the warning.
     """
     if rank != 0 or enabled is False:
         return None
@@ -119,7 +122,7 @@ def open_log(run_dir: Path, rank: int, enabled: bool | None, resumed_step: int) 
         from torch.utils.tensorboard import SummaryWriter
     except ImportError as error:
         if enabled:
-            log.warning("train.tensorboard is on but %s: no event files (pip install tensorboard)", error)
+            log.warning("%s is on but %s: no event files (pip install tensorboard)", setting, error)
         return None
     folder = RunDir(run_dir).tensorboard
     earlier = folder.is_dir() and any(folder.iterdir())

@@ -490,6 +490,10 @@ class Progress(Base):
     """A ready pattern by name instead (see docs/scripts.md): step-loss, key-value, hf-trainer."""
     total_steps: Count | None = None
     """Steps the script is to do: status's total and ETA."""
+    tensorboard: bool | None = None
+    """Rank 0 also writes the parsed metrics as TensorBoard event files into the run directory's
+    tensorboard/ (one curve across restarts and requeues). Unset: when the tensorboard package is installed
+    (the `observe` extra), silently not otherwise; true: a warning when it is missing; false: never."""
 
     def __post_init__(self) -> None:
         from hpctrain.rundir.log_progress import compile_progress

@@ -1,8 +1,10 @@
-"""Command jobs on the real local Slurm: the DDP example script (no hpctrain in it), 2 nodes x 2 ranks, gloo.
+"""Command jobs on the real local Slurm: the DDP and FSDP2 example scripts (no hpctrain in them), 2 nodes x
+2 ranks, gloo.
 
-Each test fails without its mechanism: progress needs the log parser, the restart after kill -9 needs the
-wrapper's failure report and the resume arguments, the hang needs the wrapper's heartbeats (the script
-calls nothing), the requeue needs resume.args in the next allocation.
+Each test fails without its mechanism: progress and its TensorBoard curve need the log parser, the restart
+after kill -9 needs the wrapper's failure report and the resume arguments (the FSDP2 script finds its own
+checkpoint), the hang needs the wrapper's heartbeats (the scripts call nothing), the requeue needs
+resume.args (or the script's own checkpoint) in the next allocation.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import signal
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,14 +31,61 @@ pytestmark = pytest.mark.cluster
 
 JOB = REPO / "jobs" / "ddp-script.yaml"
 FSDP_JOB = REPO / "jobs" / "fsdp-script.yaml"
-LONG_STEPS = 600
+LONG_STEPS = 300
+PREEMPTED_STEPS = 600
+"""The preemption test's run is longer: the script trains on through the grace after the signal."""
 HANG_DETECTION_S = 60
 
 
-def longer(steps: int = LONG_STEPS) -> list[str]:
-    """A run long enough to be hit mid-training (about 30 s of steps), checkpointing every 50."""
-    command = f"python -m hpctrain.examples.ddp_script --steps {steps} --checkpoint_every 50 --step_time 0.03"
-    return [f"command={command}", f"progress.total_steps={steps}"]
+@dataclass(frozen=True)
+class Example:
+    """One shipped example script, as the fault tests run it."""
+
+    job: Path
+    module: str
+    steps: int
+    """Steps of a run long enough to be hit mid-training, checkpointing every 50."""
+    saved: str
+    """What its checkpoint at step 100 leaves in HPCTRAIN_CHECKPOINT_DIR (a file of it)."""
+    resumed: str
+    """The start of the line rank 0 prints after loading its checkpoint: `<resumed> N...`."""
+    resume_args: bool
+    """It resumes through the job's resume.args (else by itself, finding its own checkpoint)."""
+    step_time: float = 0.03
+    """Seconds each step also sleeps (FSDP2's steps on gloo are slow enough without)."""
+
+
+DDP = Example(JOB, "ddp_script", LONG_STEPS, "ckpt.pt", "rank 0: resumed from step", True)
+FSDP = Example(FSDP_JOB, "fsdp_script", 250, "step-100/.metadata", "resumed from step", False, step_time=0)
+EXAMPLES = [pytest.param(DDP, id="ddp"), pytest.param(FSDP, id="fsdp2")]
+
+
+def longer(example: Example = DDP) -> list[str]:
+    """A run of the example long enough to be hit mid-training, checkpointing every 50 steps."""
+    command = (
+        f"python -m hpctrain.examples.{example.module} --steps {example.steps} --checkpoint_every 50"
+        f" --step_time {example.step_time}"
+    )
+    return [f"command={command}", f"progress.total_steps={example.steps}"]
+
+
+def resumed_steps(log: str, example: Example) -> list[int]:
+    """The steps rank 0 said it resumed from, in order."""
+    return [
+        int(line.removeprefix(example.resumed).split()[0])
+        for line in log.splitlines()
+        if line.startswith(example.resumed)
+    ]
+
+
+def assert_resumed_from_its_checkpoint(run: RunDir, example: Example, at_least: int = 100) -> None:
+    """Rank 0 loaded a checkpoint of `at_least` steps or more (through resume.args for an example that
+    takes them, by itself otherwise) and then trained to the end."""
+    log = rank_log(run, 0)
+    resumed = resumed_steps(log, example)
+    assert resumed and resumed[-1] >= at_least, log[-2000:]
+    assert ("resuming: adding" in log) == example.resume_args, log[-2000:]
+    assert f"done: {example.steps} steps" in log, log[-2000:]
 
 
 @pytest.fixture(autouse=True)
@@ -95,6 +145,20 @@ def test_status_shows_step_and_loss_from_the_progress_pattern(trained: dict[str,
     assert progress["loss"] is not None and progress["loss"] > 0, entry
 
 
+def test_tensorboard_gets_the_parsed_step_and_loss(trained: dict[str, Any]) -> None:
+    accumulators = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    run = RunDir(run_dir(trained))
+    board = accumulators.EventAccumulator(str(run.tensorboard))
+    board.Reload()
+    curve = [(event.step, event.value) for event in board.Scalars("train/loss")]
+    assert [step for step, _ in curve] == list(range(10, 301, 10)), curve
+    printed = {  # the losses rank 0 printed, read back here independently of the parser
+        int(words[1]): float(words[3])
+        for words in (line.split() for line in rank_log(run, 0).splitlines() if line.startswith("step "))
+    }
+    assert all(value == pytest.approx(printed[step], rel=1e-6) for step, value in curve), curve
+
+
 def test_a_rank_killed_with_sigkill_restarts_from_its_own_checkpoint(submitted: list[str]) -> None:
     entry = submit(JOB, *longer())
     submitted.append(entry["job_id"])
@@ -115,11 +179,14 @@ def test_a_rank_killed_with_sigkill_restarts_from_its_own_checkpoint(submitted: 
     assert f"done: {LONG_STEPS} steps" in log
 
 
-def test_a_stopped_rank_is_named_hung_within_a_minute_and_the_job_restarts(submitted: list[str]) -> None:
-    entry = submit(JOB, *longer())
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_a_stopped_rank_is_named_hung_within_a_minute_and_the_job_restarts(
+    submitted: list[str], example: Example
+) -> None:
+    entry = submit(example.job, *longer(example))
     submitted.append(entry["job_id"])
     run = RunDir(run_dir(entry))
-    wait_for_step(run, entry["job_id"], 100)
+    wait_for_step(run, entry["job_id"], 100, saved=example.saved)
     stopped_at = time.time()
     signal_rank(run.root, 2, signal.SIGSTOP)
     deadline = time.monotonic() + HANG_DETECTION_S + 30
@@ -136,15 +203,18 @@ def test_a_stopped_rank_is_named_hung_within_a_minute_and_the_job_restarts(submi
     done = wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
     assert done["state"] == "COMPLETED", done
     assert History.read(run).ends[0].outcome == "hang"
-    assert "rank 0: resumed from step" in rank_log(run, 0)
+    assert_resumed_from_its_checkpoint(run, example)
 
 
-def test_after_a_requeue_the_script_resumes_with_the_resume_args(submitted: list[str]) -> None:
-    entry = submit(JOB, *longer())
+@pytest.mark.parametrize("example", EXAMPLES)
+def test_after_a_requeue_the_script_resumes_from_its_checkpoint(
+    submitted: list[str], example: Example
+) -> None:
+    entry = submit(example.job, *longer(example))
     job_id = entry["job_id"]
     submitted.append(job_id)
     run = RunDir(run_dir(entry))
-    wait_for_step(run, job_id, 100)
+    wait_for_step(run, job_id, 100, saved=example.saved)
     subprocess.run(["scontrol", "requeue", job_id], check=True)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and "PENDING" not in status(job_id)["state"]:
@@ -152,31 +222,22 @@ def test_after_a_requeue_the_script_resumes_with_the_resume_args(submitted: list
     make_eligible(job_id)
     done = wait_state(job_id, {"COMPLETED"}, timeout=300)
     assert done["state"] == "COMPLETED", done
-    log = rank_log(run, 0)
-    assert "resuming: adding --resume" in log and "rank 0: resumed from step" in log, log[-2000:]
+    assert_resumed_from_its_checkpoint(run, example)
     assert "restart 1" in Path(run.batch_log).read_text()
 
 
 def test_the_fsdp2_script_resumes_by_itself_from_its_dcp_checkpoint_after_a_kill(
     submitted: list[str],
 ) -> None:
-    steps = 400
-    command = (
-        f"python -m hpctrain.examples.fsdp_script --steps {steps} --checkpoint_every 50 --step_time 0.03"
-    )
-    entry = submit(FSDP_JOB, f"command={command}", f"progress.total_steps={steps}")
+    entry = submit(FSDP.job, *longer(FSDP))
     submitted.append(entry["job_id"])
     run = RunDir(run_dir(entry))
-    wait_for_step(run, entry["job_id"], 120, saved="step-100/.metadata")
+    wait_for_step(run, entry["job_id"], 120, saved=FSDP.saved)
     signal_rank(run.root, 3, signal.SIGKILL)
     done = wait_state(entry["job_id"], {"COMPLETED"}, timeout=300)
     assert done["state"] == "COMPLETED", done
     assert History.read(run).ends[0].outcome == "rank_failure"
-    log = rank_log(run, 0)
-    resumed = [line for line in log.splitlines() if line.startswith("resumed from step")]
-    assert resumed and int(resumed[-1].split()[3]) >= 100, log[-2000:]
-    assert "resuming: adding" not in log, "the script resumed by itself: no resume arguments"
-    assert f"done: {steps} steps" in log
+    assert_resumed_from_its_checkpoint(run, FSDP)  # by itself: no resume arguments
 
 
 def test_an_optuna_sweep_over_a_script_argument_ranks_trials_by_their_parsed_loss() -> None:
@@ -202,7 +263,7 @@ def test_an_optuna_sweep_over_a_script_argument_ranks_trials_by_their_parsed_los
 def test_the_preemption_signal_reaches_the_script_and_the_job_requeues_and_resumes(
     submitted: list[str],
 ) -> None:
-    entry = submit(JOB, *longer(), "preemption.grace=5")
+    entry = submit(JOB, *longer(replace(DDP, steps=PREEMPTED_STEPS)), "preemption.grace=5")
     job_id = entry["job_id"]
     submitted.append(job_id)
     run = RunDir(run_dir(entry))
@@ -213,4 +274,4 @@ def test_the_preemption_signal_reaches_the_script_and_the_job_requeues_and_resum
     assert History.read(run).ends[0].outcome == "preempted", History.read(run).ends
     log = rank_log(run, 0)
     assert "preemption: sending SIGUSR1 to the command" in log, log[-2000:]
-    assert "rank 0: resumed from step" in log and f"done: {LONG_STEPS} steps" in log
+    assert "rank 0: resumed from step" in log and f"done: {PREEMPTED_STEPS} steps" in log

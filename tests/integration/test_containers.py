@@ -2,8 +2,9 @@
 
 digits 2 x 2 trains inside the container through a killed rank (relaunched in the allocation) and a
 preemption (checkpoint, requeue, resume), both handled by the batch script and the supervisor on the
-host. The image is scripts/build-image.sh's; the runtimes come from scripts/install-containers.sh and
-scripts/cluster/containers.sh (local-cluster.sh up). A runtime that is not there skips, saying why.
+host; a command job's wrapper and script run there too. The image is scripts/build-image.sh's; the
+runtimes come from scripts/install-containers.sh and scripts/cluster/containers.sh (local-cluster.sh
+up). A runtime that is not there skips, saying why.
 The repository is mounted into the container and comes first on PYTHONPATH: the ranks run this
 checkout's hpctrain, the one the host's supervisor runs.
 """
@@ -139,6 +140,51 @@ def test_digits_trains_in_a_container_through_a_killed_rank_and_a_preemption(
         result = json.loads((run / "result.json").read_text())
         assert result["world_size"] == 4 and result["eval_accuracy"] >= 0.9, result
         print(f"\n{runtime}: {ends(run)}, eval accuracy {result['eval_accuracy']:.3f}")
+    finally:
+        subprocess.run(["scancel", job_id], check=False)
+
+
+@pytest.mark.timeout(600)
+def test_a_command_job_runs_the_ddp_example_script_inside_the_container(
+    hpctrain_home: Path, tmp_path: Path, site_file: Path
+) -> None:
+    """The command wrapper and the user's script both run in the image (the script's Python is the
+    image's), and the log-parsed progress reaches the run directory from there."""
+    require_cluster()
+    why = missing("pyxis")
+    if why:
+        pytest.skip(f"pyxis: {why}")
+    steps = 100
+    job = yaml.safe_load((REPO / "jobs" / "ddp-script.yaml").read_text())
+    job.update(
+        name="container-command",
+        command=f"python -m hpctrain.examples.ddp_script --steps {steps} --checkpoint_every 50",
+        progress={"preset": "step-loss", "total_steps": steps},
+        env={**job["env"], "PYTHONPATH": str(REPO)},
+        # The workdir (the job file's folder) and the repository, mounted at their own paths.
+        container={
+            "runtime": "pyxis",
+            "image": str(IMAGE_DIR / "hpctrain.sqsh"),
+            "mounts": [str(tmp_path), f"{REPO}:{REPO}:ro"],
+        },
+    )
+    path = tmp_path / "container-command.yaml"
+    path.write_text(yaml.safe_dump(job))
+    proc = run_cli("submit", str(path), "--site", str(site_file), "--json", "--no-check")
+    assert proc.returncode == 0, proc.stderr
+    entry = json.loads(proc.stdout)
+    job_id, run = entry["job_id"], run_dir(entry)
+    try:
+        pid_file = run / "pids" / "rank-1"  # the script's process, which the wrapper started
+        assert wait_for(pid_file.exists, timeout=QUEUE_S + 120), logs(run)
+        assert in_container(int(pid_file.read_text())), "rank 1's script runs on the host"
+        final = wait_state(job_id, {"COMPLETED"}, timeout=300, poll=2)
+        assert final["state"] == "COMPLETED", logs(run)
+        batch_log = (run / LOGS / BATCH_LOG).read_text()
+        assert "hpctrain container check: node2 (pyxis): PASS" in batch_log, batch_log
+        rank_log = (run / LOGS / "rank-0.log").read_text()
+        assert f"done: {steps} steps" in rank_log, logs(run)
+        assert latest_step(run) == steps, logs(run)  # parsed from the script's output in the container
     finally:
         subprocess.run(["scancel", job_id], check=False)
 

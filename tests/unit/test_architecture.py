@@ -27,9 +27,14 @@ EXAMPLES = "examples"
 TOP_LEVEL_FILES = frozenset({"__init__.py", "version.py", "errors.py", "api.py", "client.py"})
 TORCH_FREE = LOGIN | {"supervisor", "command"}
 # The command wrapper reuses the runtime's torch-free pieces: the heartbeat slot writer, NCCL's settings
-# and the rank log's redirection.
+# and the rank log's redirection; and its TensorBoard sink, imported in a thread after the script started.
 COMMAND_MAY_IMPORT = frozenset(
-    {"hpctrain.runtime.heartbeat", "hpctrain.runtime.collective_timeout", "hpctrain.runtime.logs"}
+    {
+        "hpctrain.runtime.heartbeat",
+        "hpctrain.runtime.collective_timeout",
+        "hpctrain.runtime.logs",
+        "hpctrain.runtime.tensorboard_log",
+    }
 )
 
 # (importer, imported module): imports in modules that another branch of this redesign rewrites. Delete an

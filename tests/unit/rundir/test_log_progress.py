@@ -61,6 +61,26 @@ def test_hf_trainer_preset_counts_log_lines_and_splits_eval(tmp_path: Path) -> N
     assert [(e.step, e.loss, e.accuracy) for e in evals] == [(2, 1.7734, 0.61)]
 
 
+def test_a_restarted_hf_trainer_counts_on_from_its_checkpoints_epoch_and_anew_when_it_started_over(
+    tmp_path: Path,
+) -> None:
+    def attempt(epochs: list[float]) -> list[int]:
+        before = len(lines_of(tmp_path))
+        log = "".join(f"{{'loss': {1 / e:.4f}, 'learning_rate': 1e-05, 'epoch': {e}}}\n" for e in epochs)
+        feed_all(tmp_path, "hf-trainer", "***** Running training *****\n" + log)
+        return [line.step for line in lines_of(tmp_path)[before:]]
+
+    assert attempt([0.25, 0.5, 0.75, 1.0]) == [1, 2, 3, 4]
+    # Killed after epoch 1.0, its checkpoint at 0.5: the resumed Trainer logs 0.75 and 1.0 again.
+    assert attempt([0.75, 1.0, 1.25]) == [3, 4, 5]
+    # Started over (no checkpoint found): the count starts over, as the training did.
+    assert attempt([0.25, 0.5]) == [1, 2]
+    # Log dicts without an epoch count from 1 in every attempt.
+    (tmp_path / "plain").mkdir()
+    for _ in range(2):
+        assert feed_all(tmp_path / "plain", "hf-trainer", "{'loss': 1.0}\n{'loss': 0.9}\n").state.step == 2
+
+
 def test_key_value_preset_any_order_and_other_text(tmp_path: Path) -> None:
     log = (
         "starting up, loss=nothing yet\n"
