@@ -376,6 +376,8 @@ JobAcctGatherFrequency=30"
         acct="AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none"
     fi
+    # MaxJobCount: benchmarks/bench_status_backends.py holds 10,000 jobs (a production queue's
+    # size) beside the tests' own; Slurm's default cap is 10,000.
     cat <<EOF
 # Written by scripts/local-cluster.sh (hpctrain). Local test cluster; edits are overwritten.
 ClusterName=${CLUSTER_NAME}
@@ -399,6 +401,7 @@ ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=600
+MaxJobCount=20000
 KillWait=5
 Waittime=0
 JobRequeue=1
