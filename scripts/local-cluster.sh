@@ -377,7 +377,8 @@ JobAcctGatherFrequency=30"
 JobAcctGatherType=jobacct_gather/none"
     fi
     # MaxJobCount: benchmarks/bench_status_backends.py holds 10,000 jobs (a production queue's
-    # size) beside the tests' own; Slurm's default cap is 10,000.
+    # size) beside the tests' own, and cancelled ones stay for MinJobAge, so a second run within
+    # it finds the first's still there; Slurm's default cap is 10,000.
     cat <<EOF
 # Written by scripts/local-cluster.sh (hpctrain). Local test cluster; edits are overwritten.
 ClusterName=${CLUSTER_NAME}
@@ -401,7 +402,7 @@ ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=600
-MaxJobCount=20000
+MaxJobCount=40000
 KillWait=5
 Waittime=0
 JobRequeue=1
