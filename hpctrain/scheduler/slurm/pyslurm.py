@@ -46,8 +46,9 @@ ESLURM_INVALID_JOB_ID = 2017
 # the steps of a job that has started); beyond it, one slurm_load_jobs of the whole queue is
 # filtered here. pyslurm binds neither a load of several ids nor of one user's jobs (what squeue
 # --me sends), so those two are the choice. Measured on the 25.11 test cluster (docs/benchmarks.md):
-# a job by id costs 3-4 ms, the whole queue about 20 us per job slurmctld holds (200-280 ms with
-# 10,000 held, 1.5-6 ms with a few hundred). The limit sits where the two meet at 10,000 held jobs:
+# a job by id costs 3-5 ms, the whole queue about 20 us per job slurmctld holds (160-280 ms with
+# 10,000 held, 1.5-6 ms with a few hundred). The limit sits where the two meet at 10,000 held jobs
+# (by id wins at 30 jobs, the whole queue at 100):
 # a large queue's polls never cost more than about 50 loads by id, while a small queue pays at most
 # that for polls that one whole load would have served faster.
 PER_ID_LIMIT = 50
