@@ -53,6 +53,9 @@ ESLURM_INVALID_JOB_ID = 2017
 # that for polls that one whole load would have served faster.
 PER_ID_LIMIT = 50
 
+SEVERAL_RECORDS = object()
+"""What a load by id gives for an array or hetjob that pyslurm cannot load one record of."""
+
 # `scontrol --version` must not hang the backend selector on a login node whose Slurm is broken.
 VERSION_TIMEOUT_S = 10.0
 
@@ -411,7 +414,11 @@ class PyslurmBackend(Backend):
             job = self._job_or_none(job_id)
             if job is None:
                 continue  # slurmctld has forgotten it (or it is no Slurm id): slurmdbd's turn
-            if getattr(job, "array_id", None) or getattr(job, "heterogeneous_id", None):
+            if (
+                job is SEVERAL_RECORDS
+                or getattr(job, "array_id", None)
+                or getattr(job, "heterogeneous_id", None)
+            ):
                 # slurmctld answers an array's or hetjob's id with all of its records, but
                 # pyslurm's Job.load keeps only the first.
                 whole.add(job_id)
@@ -423,7 +430,8 @@ class PyslurmBackend(Backend):
         return found
 
     def _job_or_none(self, job_id: str) -> Any | None:
-        """One job from slurmctld (slurm_load_job), or None where it holds no job of that id."""
+        """One job from slurmctld (slurm_load_job), None where it holds no job of that id, or
+        SEVERAL_RECORDS where pyslurm could not load the one record of an array or hetjob."""
         if not job_id.isdigit():
             return None
 
@@ -434,6 +442,10 @@ class PyslurmBackend(Backend):
                 if getattr(err, "errno", None) == ESLURM_INVALID_JOB_ID:
                     return None
                 raise
+            except KeyError:
+                # pyslurm 25.11 files the steps it loads with a job under the job's own id; an
+                # array's or hetjob's id also brings the steps of its other elements or components.
+                return SEVERAL_RECORDS
 
         return self._rpc("load_job", load)
 

@@ -225,6 +225,20 @@ def test_many_ids_or_known_arrays_take_one_load_of_the_queue() -> None:
     assert sorted(loads) == ["1", "all"]
 
 
+def test_an_array_whose_steps_pyslurm_cannot_file_takes_the_whole_queue() -> None:
+    """pyslurm 25.11's Job.load raises KeyError for a running array whose steps are another element's."""
+    loaded = [job(51, "RUNNING", array_id=50, array_task_id=1), job(50, "PENDING", array_id=50)]
+    module = fake_pyslurm(loaded)
+
+    def steps_of_another_element(job_id: int) -> None:
+        raise KeyError(job_id)
+
+    module.Job.load = steps_of_another_element
+    backend = pb.PyslurmBackend(module)  # type: ignore[arg-type]
+    assert backend.poll(["50"])["50"].state is JobState.RUNNING
+    assert backend.rpc_calls == {"load_job": 1, "load_jobs": 1}
+
+
 def test_a_failed_load_by_id_is_an_error_not_an_unknown_job() -> None:
     module = fake_pyslurm([])
     module.PyslurmError = FakeRPCError
