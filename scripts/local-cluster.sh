@@ -376,6 +376,9 @@ JobAcctGatherFrequency=30"
         acct="AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none"
     fi
+    # MaxJobCount: benchmarks/bench_status_backends.py holds 10,000 jobs (a production queue's
+    # size) beside the tests' own, and cancelled ones stay for MinJobAge, so a second run within
+    # it finds the first's still there; Slurm's default cap is 10,000.
     cat <<EOF
 # Written by scripts/local-cluster.sh (hpctrain). Local test cluster; edits are overwritten.
 ClusterName=${CLUSTER_NAME}
@@ -399,6 +402,7 @@ ReturnToService=2
 SlurmdTimeout=30
 InactiveLimit=0
 MinJobAge=600
+MaxJobCount=40000
 KillWait=5
 Waittime=0
 JobRequeue=1

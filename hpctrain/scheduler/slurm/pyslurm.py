@@ -38,6 +38,24 @@ if TYPE_CHECKING:
 # (pyslurm.job().submit_batch_job), which hpctrain does not drive.
 MIN_PYSLURM = (23, 2)
 
+# slurm_errno.h's "Invalid job id specified": what slurm_load_job answers for a job slurmctld does not
+# hold (never submitted, or purged after MinJobAge).
+ESLURM_INVALID_JOB_ID = 2017
+
+# A poll of at most this many jobs loads each by its id (slurm_load_job, plus pyslurm's own load of
+# the steps of a job that has started); beyond it, one slurm_load_jobs of the whole queue is
+# filtered here. pyslurm binds neither a load of several ids nor of one user's jobs (what squeue
+# --me sends), so those two are the choice. Measured on the 25.11 test cluster (docs/benchmarks.md):
+# a job by id costs 3-5 ms, the whole queue about 20 us per job slurmctld holds (160-280 ms with
+# 10,000 held, 1.5-6 ms with a few hundred). The limit sits where the two meet at 10,000 held jobs
+# (by id wins at 30 jobs, the whole queue at 100):
+# a large queue's polls never cost more than about 50 loads by id, while a small queue pays at most
+# that for polls that one whole load would have served faster.
+PER_ID_LIMIT = 50
+
+SEVERAL_RECORDS = object()
+"""What a load by id gives for an array or hetjob that pyslurm cannot load one record of."""
+
 # `scontrol --version` must not hang the backend selector on a login node whose Slurm is broken.
 VERSION_TIMEOUT_S = 10.0
 
@@ -321,9 +339,10 @@ def collect(jobs: Iterable[Any], wanted: set[str], source: str) -> dict[str, Job
 
 
 class PyslurmBackend(Backend):
-    """Submit, poll and cancel through pyslurm; one controller RPC per poll, whatever the number of jobs."""
+    """Submit, poll and cancel through pyslurm; a poll asks slurmctld for the polled jobs only."""
 
     name = "pyslurm"
+    per_id_limit = PER_ID_LIMIT
 
     def __init__(self, module: ModuleType | None = None) -> None:
         if module is None:
@@ -331,7 +350,7 @@ class PyslurmBackend(Backend):
             if module is None:
                 raise BackendError(f"the pyslurm backend is not usable: {why}")
         self.pyslurm = module
-        # RPCs made, by name: how the contract tests check that poll() costs one query.
+        # RPCs made, by name: how the contract tests check what a poll costs.
         self.rpc_calls: Counter[str] = Counter()
 
     def _rpc(self, what: str, call: Callable[[], Any]) -> Any:
@@ -370,8 +389,7 @@ class PyslurmBackend(Backend):
         wanted = {str(j) for j in job_ids}
         if not wanted:
             return {}
-        # One slurm_load_jobs RPC for every job the controller still holds, filtered here.
-        found = collect(self._rpc("load_jobs", self.pyslurm.Jobs.load).values(), wanted, "pyslurm")
+        found = self._from_controller(wanted, set(array_sizes or {}))
         partial = incomplete_arrays(found, array_sizes or {})
         missing = wanted - found.keys()
         if missing or partial:
@@ -385,6 +403,51 @@ class PyslurmBackend(Backend):
                 source="pyslurm",
             )
         return found
+
+    def _from_controller(self, wanted: set[str], arrays: set[str]) -> dict[str, JobInfo]:
+        """The wanted jobs slurmctld still holds: each loaded by its id while they are few, else one
+        load of the whole queue, filtered here."""
+        one_by_one = wanted - arrays if len(wanted) <= self.per_id_limit else set()
+        whole = wanted - one_by_one
+        found: dict[str, JobInfo] = {}
+        for job_id in sorted(one_by_one):
+            job = self._job_or_none(job_id)
+            if job is None:
+                continue  # slurmctld has forgotten it (or it is no Slurm id): slurmdbd's turn
+            if (
+                job is SEVERAL_RECORDS
+                or getattr(job, "array_id", None)
+                or getattr(job, "heterogeneous_id", None)
+            ):
+                # slurmctld answers an array's or hetjob's id with all of its records, but
+                # pyslurm's Job.load keeps only the first.
+                whole.add(job_id)
+                continue
+            found[job_id] = job_info(job, "pyslurm")
+        if whole:
+            loaded = self._rpc("load_jobs", self.pyslurm.Jobs.load)
+            found.update(collect(loaded.values(), whole, "pyslurm"))
+        return found
+
+    def _job_or_none(self, job_id: str) -> Any | None:
+        """One job from slurmctld (slurm_load_job), None where it holds no job of that id, or
+        SEVERAL_RECORDS where pyslurm could not load the one record of an array or hetjob."""
+        if not job_id.isdigit():
+            return None
+
+        def load() -> Any | None:
+            try:
+                return self.pyslurm.Job.load(int(job_id))
+            except getattr(self.pyslurm, "RPCError", ()) as err:
+                if getattr(err, "errno", None) == ESLURM_INVALID_JOB_ID:
+                    return None
+                raise
+            except KeyError:
+                # pyslurm 25.11 files the steps it loads with a job under the job's own id; an
+                # array's or hetjob's id also brings the steps of its other elements or components.
+                return SEVERAL_RECORDS
+
+        return self._rpc("load_job", load)
 
     def _from_database(self, missing: set[str]) -> dict[str, JobInfo]:
         """Jobs that slurmctld has purged (MinJobAge), from slurmdbd in one query; none without accounting."""

@@ -150,15 +150,38 @@ class FakeJobs(dict):  # type: ignore[type-arg]
     """Stands in for pyslurm.Jobs, whose values() yields every loaded job."""
 
 
-def fake_pyslurm(jobs: list[SimpleNamespace]) -> SimpleNamespace:
+class FakeRPCError(Exception):
+    def __init__(self, errno: int) -> None:
+        super().__init__(f"slurm error {errno}")
+        self.errno = errno
+
+
+def fake_pyslurm(jobs: list[SimpleNamespace], loads: list[str] | None = None) -> SimpleNamespace:
+    """A pyslurm whose controller holds `jobs`; `loads` records each load: "all" or the id asked for."""
+    loads = [] if loads is None else loads
+
+    def load_all() -> FakeJobs:
+        loads.append("all")
+        return FakeJobs({j.id: j for j in jobs})
+
+    def load_one(job_id: int) -> SimpleNamespace:
+        # As slurm_load_job: a hetjob's or array's id answers all of its records; pyslurm keeps the first.
+        loads.append(str(job_id))
+        records = [j for j in jobs if job_id in (j.id, j.array_id, j.heterogeneous_id)]
+        if not records:
+            raise FakeRPCError(pb.ESLURM_INVALID_JOB_ID)
+        return records[0]
+
     return SimpleNamespace(
-        Jobs=SimpleNamespace(load=lambda: FakeJobs({j.id: j for j in jobs})),
+        Jobs=SimpleNamespace(load=load_all),
+        Job=SimpleNamespace(load=load_one),
         db=SimpleNamespace(JobFilter=dict, Jobs=SimpleNamespace(load=lambda f: [])),
         PyslurmError=RuntimeError,
+        RPCError=FakeRPCError,
     )
 
 
-def test_poll_is_one_load_and_merges_components_under_the_submitted_id() -> None:
+def test_poll_merges_components_under_the_submitted_id() -> None:
     loaded = [
         job(10, "COMPLETED"),
         job(20, "RUNNING", heterogeneous_id=20),
@@ -173,7 +196,59 @@ def test_poll_is_one_load_and_merges_components_under_the_submitted_id() -> None
     }  # fmt: skip
     assert answer["20"].exit_code == "3:0"
     assert answer["10"].elapsed == "1:15"
-    assert backend.rpc_calls == {"load_jobs": 1, "db_load_jobs": 1}
+    # The hetjob and the array showed one record of several by id: one load of the queue got the rest.
+    assert backend.rpc_calls == {"load_job": 4, "load_jobs": 1, "db_load_jobs": 1}
+
+
+def test_a_poll_of_a_few_jobs_asks_only_for_them_not_the_whole_queue() -> None:
+    queue = [job(n, "PENDING", state_reason="JobHeldUser") for n in range(1000, 3000)]
+    mine = [job(5, "RUNNING"), job(6, "COMPLETED")]
+    loads: list[str] = []
+    backend = pb.PyslurmBackend(fake_pyslurm(queue + mine, loads))  # type: ignore[arg-type]
+    answer = backend.poll(["5", "6", "7"])
+    assert {k: v.state for k, v in answer.items()} == {
+        "5": JobState.RUNNING, "6": JobState.COMPLETED, "7": JobState.UNKNOWN,
+    }  # fmt: skip
+    assert "all" not in loads
+    assert sorted(loads) == ["5", "6", "7"]
+
+
+def test_many_ids_or_known_arrays_take_one_load_of_the_queue() -> None:
+    loaded = [job(n, "COMPLETED") for n in range(1, 6)]
+    loads: list[str] = []
+    backend = pb.PyslurmBackend(fake_pyslurm(loaded, loads))  # type: ignore[arg-type]
+    backend.per_id_limit = 3
+    assert {i.state for i in backend.poll([str(n) for n in range(1, 6)]).values()} == {JobState.COMPLETED}
+    assert loads == ["all"]
+    loads.clear()
+    backend.poll(["1", "2"], {"2": 4})
+    assert sorted(loads) == ["1", "all"]
+
+
+def test_an_array_whose_steps_pyslurm_cannot_file_takes_the_whole_queue() -> None:
+    """pyslurm 25.11's Job.load raises KeyError for a running array whose steps are another element's."""
+    loaded = [job(51, "RUNNING", array_id=50, array_task_id=1), job(50, "PENDING", array_id=50)]
+    module = fake_pyslurm(loaded)
+
+    def steps_of_another_element(job_id: int) -> None:
+        raise KeyError(job_id)
+
+    module.Job.load = steps_of_another_element
+    backend = pb.PyslurmBackend(module)  # type: ignore[arg-type]
+    assert backend.poll(["50"])["50"].state is JobState.RUNNING
+    assert backend.rpc_calls == {"load_job": 1, "load_jobs": 1}
+
+
+def test_a_failed_load_by_id_is_an_error_not_an_unknown_job() -> None:
+    module = fake_pyslurm([])
+    module.PyslurmError = FakeRPCError
+
+    def refused(job_id: int) -> None:
+        raise FakeRPCError(1007)  # "Protocol authentication error"
+
+    module.Job.load = refused
+    with pytest.raises(BackendError, match="load_job failed"):
+        pb.PyslurmBackend(module).poll(["5"])  # type: ignore[arg-type]
 
 
 def test_elapsed_reads_like_squeue() -> None:
