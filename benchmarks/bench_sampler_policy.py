@@ -16,6 +16,7 @@ min-max), the seeds on which it beat random search, the regret against the best 
 found, the trials pruned and the training steps saved.
 
     nice python benchmarks/bench_sampler_policy.py [--seeds 20] [--budgets 16 32 64]
+        [--startup-trials N ...] [--prune-min-trials T ...]
 """
 
 from __future__ import annotations
@@ -180,6 +181,12 @@ POLICIES: dict[str, list[str]] = {
 """Each policy's `--set` overrides of the job's sweep section."""
 
 
+def capped(override: str, budget: int) -> str:
+    """sweep.startup_trials=N at most the budget (a larger start-up is the same random search)."""
+    key, _, value = override.partition("=")
+    return f"{key}={min(int(value), budget)}" if key == "sweep.startup_trials" else override
+
+
 def quartiles(values: list[float]) -> tuple[float, float, float]:
     q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return q1, q2, q3
@@ -190,7 +197,31 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budgets", type=int, nargs="+", default=[16, 32, 64])
     parser.add_argument("--policies", nargs="+", default=list(POLICIES), choices=list(POLICIES))
+    parser.add_argument(
+        "--startup-trials",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="N",
+        help="also optuna with sweep.startup_trials=N (capped at the budget) and no pruning",
+    )
+    parser.add_argument(
+        "--prune-min-trials",
+        type=int,
+        nargs="*",
+        default=[],
+        metavar="T",
+        help="also optuna defaults pruning from the first evaluation once T trials have finished",
+    )
     args = parser.parse_args()
+    for count in args.startup_trials:
+        name = f"optuna, startup_trials {count}, prune: false"
+        POLICIES[name] = [f"sweep.startup_trials={count}", "sweep.prune=false"]
+        args.policies.append(name)
+    for count in args.prune_min_trials:
+        name = f"optuna defaults, pruning once {count} finished"
+        POLICIES[name] = ["sweep.early_stop.after_steps=20", f"sweep.early_stop.min_trials={count}"]
+        args.policies.append(name)
     os.environ.setdefault("OMP_NUM_THREADS", "1")
     import optuna
     import torch
@@ -210,7 +241,8 @@ def main() -> None:
         for name in args.policies:
             for seed in range(args.seeds):
                 # The sweep's own planning: the job file, the overrides, the defaults it settles.
-                chosen = plan.prepare(JOB, "local", POLICIES[name], [], budget=budget, seed=seed).chosen
+                overrides = [capped(o, budget) for o in POLICIES[name]]
+                chosen = plan.prepare(JOB, "local", overrides, [], budget=budget, seed=seed).chosen
                 run = random_sweep if chosen.sampler == "random" else optuna_sweep
                 results.setdefault((name, budget), []).append(run(objective, chosen))
             bests = [o.best for o in results[(name, budget)]]

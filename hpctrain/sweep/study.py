@@ -78,8 +78,9 @@ class Round(NamedTuple):
 
 
 class Settings(msgspec.Struct):
-    """study-settings.json: the sweep section as it was given (the trials' own specs carry it without
-    early_stop, which the study's pruner carries out)."""
+    """study-settings.json: the sweep section as planned, its default pruning made explicit in
+    early_stop (the trials' own specs carry it without early_stop, which the study's pruner carries
+    out)."""
 
     sweep: spec.Sweep
 
