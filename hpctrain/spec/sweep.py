@@ -59,6 +59,9 @@ class Sweep(Base):
     """How many trials the samplers random and optuna run (required for them)."""
     round_size: Count = 4
     """optuna: trials asked from the study, and submitted as one array, per round."""
+    startup_trials: Count | None = None
+    """optuna: trials drawn at random before the study's TPE proposes any, in whole rounds; unset =
+    a quarter of the budget and at least 8 (16 of 64, 8 of 32 or 16), never more than the budget."""
     random: Count | None = None
     """grid: run this many distinct combinations drawn from the grid, not all of them."""
     seed: int = 0
@@ -71,8 +74,14 @@ class Sweep(Base):
     mode: Literal["min", "max"] = "min"
     """Whether a lower or a higher metric is better."""
     early_stop: EarlyStop | None = None
-    """End trials that fall behind (successive halving); unset = never. With optuna the study's median
-    pruner judges instead: from step after_steps, once min_trials trials have finished, a trial whose
-    eval metric is worse than their median at the same step is cancelled (its stopped.json says why)."""
+    """End trials that fall behind (successive halving); unset = never for grid and random. With optuna
+    the study's median pruner judges instead: from step after_steps, once min_trials trials have
+    finished, a trial whose eval metric is worse than their median at the same step is cancelled (its
+    stopped.json says why); unset, optuna prunes by the rule of `prune`."""
+    prune: bool = True
+    """optuna: with early_stop unset, the study's median pruner still ends trials that fall behind,
+    from the first evaluation (train.eval_every) on, once the random start-up trials have finished,
+    when the trials evaluate `metric` (eval_loss, eval_accuracy) before their last step; false =
+    never prune. grid and random prune only with early_stop."""
     max_trials: Count = MAX_TRIALS
     """A sweep of more trials is refused before anything is written: raise it knowingly."""

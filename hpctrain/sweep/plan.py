@@ -24,6 +24,7 @@ from hpctrain.errors import BackendError, SpecError
 from hpctrain.rundir import ArrayChunk, SweepRecord, Trial
 from hpctrain.rundir.structs import SweepValue as Value
 from hpctrain.sweep.grid import describe, parse_grid_options
+from hpctrain.sweep.policy import settle_pruning
 from hpctrain.sweep.samplers import check_space, points, trial_count
 from hpctrain.tracking.index import MIN_PREFIX, Index, check_key
 
@@ -79,6 +80,7 @@ def prepare(
     for key in chosen.grid:
         if key.startswith("sweep."):
             raise SpecError(f"sweep.grid.{key}: a sweep's own settings cannot be swept")
+    chosen = settle_pruning(chosen, job)
     _check_early_stop(chosen, job, str(job_path))
     check_size(trial_count(chosen), chosen.max_trials, limits)
     check_round_size(chosen, limits)

@@ -42,6 +42,11 @@ def check_space(chosen: spec.Sweep) -> None:
             raise SpecError(f"sweep.budget: sampler {chosen.sampler} needs a trial budget (--budget N)")
         if chosen.random is not None:
             raise SpecError("sweep.random: drawing from the grid is the grid sampler's; use sweep.budget")
+    if chosen.startup_trials is not None and chosen.sampler != "optuna":
+        raise SpecError(
+            f"sweep.startup_trials: the random start-up of sampler optuna; sampler {chosen.sampler} "
+            "has no study"
+        )
 
 
 def check_range(where: str, dimension: Range) -> None:

@@ -33,7 +33,7 @@ from hpctrain.rundir import names as file_names
 from hpctrain.rundir.states import JobState
 from hpctrain.spec.sweep import Range
 from hpctrain.submission.submit_path import snapshot_code, submit_more, submit_run
-from hpctrain.sweep import plan
+from hpctrain.sweep import plan, policy
 from hpctrain.sweep.samplers import is_integer
 from hpctrain.sweep.status import FINAL, STOPPED, survey
 
@@ -78,8 +78,9 @@ class Round(NamedTuple):
 
 
 class Settings(msgspec.Struct):
-    """study-settings.json: the sweep section as it was given (the trials' own specs carry it without
-    early_stop, which the study's pruner carries out)."""
+    """study-settings.json: the sweep section as planned, its default pruning made explicit in
+    early_stop (the trials' own specs carry it without early_stop, which the study's pruner carries
+    out)."""
 
     sweep: spec.Sweep
 
@@ -96,22 +97,12 @@ def require_optuna() -> Any:
 
 
 def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
-    """The sweep's study, made on first use: TPE (one round of random trials first), proposing the
-    trials of a round apart (constant liar), and the median pruner where early_stop asks for one."""
+    """The sweep's study, made on first use, with the sampler and pruner of `search_policy`."""
     optuna = require_optuna()
     from optuna.storages import JournalStorage
 
     storage = JournalStorage(journal(root / file_names.STUDY_JOURNAL))
-    sampler = optuna.samplers.TPESampler(
-        seed=chosen.seed, n_startup_trials=chosen.round_size, constant_liar=True, multivariate=True
-    )
-    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
-    if chosen.early_stop is not None:
-        pruner = optuna.pruners.MedianPruner(
-            n_startup_trials=chosen.early_stop.min_trials,
-            n_warmup_steps=chosen.early_stop.after_steps,
-            n_min_trials=chosen.early_stop.min_trials,
-        )
+    sampler, pruner = search_policy(chosen)
     return optuna.create_study(
         study_name=STUDY_NAME,
         storage=storage,
@@ -120,6 +111,31 @@ def open_study(root: Path, chosen: spec.Sweep) -> optuna.Study:
         direction="minimize" if chosen.mode == "min" else "maximize",
         load_if_exists=True,
     )
+
+
+def search_policy(chosen: spec.Sweep) -> tuple[optuna.samplers.BaseSampler, optuna.pruners.BasePruner]:
+    """The sampler and pruner of an optuna sweep, from its settings and budget: multivariate TPE,
+    seeded, that draws `policy.startup_trials` at random first and proposes the trials of a round
+    apart (constant liar: a round is asked whole before any of it is told); the median pruner where
+    early_stop asks for one (`policy.settle_pruning` sets it by default when the sweep is planned)."""
+    optuna = require_optuna()
+    with warnings.catch_warnings():
+        # multivariate and constant_liar are marked experimental; the choice is deliberate.
+        warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+        sampler = optuna.samplers.TPESampler(
+            seed=chosen.seed,
+            n_startup_trials=policy.startup_trials(chosen),
+            constant_liar=True,
+            multivariate=True,
+        )
+    pruner: optuna.pruners.BasePruner = optuna.pruners.NopPruner()
+    if chosen.early_stop is not None:
+        pruner = optuna.pruners.MedianPruner(
+            n_startup_trials=chosen.early_stop.min_trials,
+            n_warmup_steps=chosen.early_stop.after_steps,
+            n_min_trials=chosen.early_stop.min_trials,
+        )
+    return sampler, pruner
 
 
 def journal(path: Path) -> Any:
