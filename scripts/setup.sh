@@ -18,7 +18,7 @@ fi
 # Installed means: the console script exists and every test dependency imports (ruff included), and
 # setuptools can build a wheel by itself (>= 70.1; the wheel test builds one).
 if ! command -v hpctrain >/dev/null 2>&1 \
-    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, hypothesis, matplotlib, tensorboard, rich, wandb, optuna, msgspec, yaml, jinja2, cloudpickle" >/dev/null 2>&1 \
+    || ! "$PYTHON" -c "import hpctrain, torch, sklearn, mpi4py, pytest_timeout, xdist, hypothesis, matplotlib, tensorboard, rich, wandb, optuna, msgspec, yaml, jinja2, cloudpickle" >/dev/null 2>&1 \
     || ! "$PYTHON" -m ruff --version >/dev/null 2>&1 \
     || ! command -v py-spy >/dev/null 2>&1 \
     || ! "$PYTHON" -c "import setuptools.command.bdist_wheel" >/dev/null 2>&1; then
