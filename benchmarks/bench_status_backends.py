@@ -6,10 +6,10 @@ one's own; submits `--jobs` short jobs of one's own (default 100) and waits unti
 them as ended (they stay in its memory for MinJobAge). Then, for each size in `--poll` (default:
 all the jobs), times `poll()` of that many of them with each backend in alternating rounds, in one
 process, after one warm-up call each: the CLI (squeue), pyslurm as configured, and pyslurm forced
-to each of its two ways (a load per job id, one load of the whole queue). Prints the medians and
-the ratio pyslurm / CLI, then cancels the held jobs. Needs pyslurm built for this cluster's Slurm
-(25.11: scripts/build-slurm.sh and the venv scripts/slurm-matrix.sh makes), and root to submit
-for another user.
+to each of its three ways (a load per job id, squeue --me, pyslurm's load of the whole queue).
+Prints the medians and the ratio pyslurm / CLI, then cancels the held jobs. Needs pyslurm built for
+this cluster's Slurm (25.11: scripts/build-slurm.sh and the venv scripts/slurm-matrix.sh makes), and
+root to submit for another user.
 
     python benchmarks/bench_status_backends.py [--rounds 30] [--jobs 100] [--held 10000] [--poll 10,100]
 """
@@ -83,9 +83,10 @@ def timed(poll: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def pyslurm_limited(per_id_limit: int) -> PyslurmBackend:
+def pyslurm_limited(per_id_limit: int, many_by_squeue: bool = True) -> PyslurmBackend:
     backend = PyslurmBackend()
     backend.per_id_limit = per_id_limit
+    backend.many_by_squeue = many_by_squeue
     return backend
 
 
@@ -95,7 +96,8 @@ def compare(job_ids: list[str], rounds: int) -> None:
         "cli": cli.poll,
         "pyslurm": PyslurmBackend().poll,
         "per-id": pyslurm_limited(len(job_ids)).poll,
-        "whole": pyslurm_limited(0).poll,
+        "squeue": pyslurm_limited(0).poll,
+        "whole": pyslurm_limited(0, many_by_squeue=False).poll,
     }
     for name, poll in polls.items():
         answer = poll(job_ids)

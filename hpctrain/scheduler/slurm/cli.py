@@ -116,7 +116,7 @@ class SlurmCliBackend(Backend):
         wanted = {str(j) for j in job_ids}
         if not wanted:
             return {}
-        found = self._squeue(wanted)
+        found = self.own_jobs(wanted)
         partial = incomplete_arrays(found, array_sizes or {})
         missing = wanted - found.keys()
         # Only sacct says who cancelled a job (`CANCELLED by UID`): status says "by you" from it.
@@ -128,9 +128,10 @@ class SlurmCliBackend(Backend):
             found[job_id] = JobInfo(job_id, JobState.UNKNOWN, reason="not in squeue; no accounting record")
         return found
 
-    def _squeue(self, wanted: set[str]) -> dict[str, JobInfo]:
-        # One RPC for all of the user's jobs, filtered here: cheaper for slurmctld than -j with many
-        # ids, and an id the controller has already purged is no error.
+    def own_jobs(self, wanted: set[str]) -> dict[str, JobInfo]:
+        """The wanted jobs among those slurmctld holds for this user (squeue --me)."""
+        # One RPC for all of the user's jobs, filtered by slurmctld to this user's and here to the
+        # wanted: cheaper than -j with many ids, and an id the controller has purged is no error.
         proc = self._run(
             ["squeue", "--me", "--states=all", "--noheader", f"--format={SQUEUE_FORMAT}"], "squeue"
         )

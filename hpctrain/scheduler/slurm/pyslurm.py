@@ -43,15 +43,15 @@ MIN_PYSLURM = (23, 2)
 ESLURM_INVALID_JOB_ID = 2017
 
 # A poll of at most this many jobs loads each by its id (slurm_load_job, plus pyslurm's own load of
-# the steps of a job that has started); beyond it, one slurm_load_jobs of the whole queue is
-# filtered here. pyslurm binds neither a load of several ids nor of one user's jobs (what squeue
-# --me sends), so those two are the choice. Measured on the 25.11 test cluster (docs/benchmarks.md):
-# a job by id costs 3-5 ms, the whole queue about 20 us per job slurmctld holds (160-280 ms with
-# 10,000 held, 1.5-6 ms with a few hundred). The limit sits where the two meet at 10,000 held jobs
-# (by id wins at 30 jobs, the whole queue at 100):
-# a large queue's polls never cost more than about 50 loads by id, while a small queue pays at most
-# that for polls that one whole load would have served faster.
-PER_ID_LIMIT = 50
+# the steps of a job that has started); beyond it, one query serves them all. pyslurm binds no load
+# of several ids nor of one user's jobs, so that query is `squeue --me` (one RPC that slurmctld
+# filters to the user's jobs) where squeue is installed, else pyslurm's load of every job slurmctld
+# holds, filtered here. Measured on the 25.11 test cluster with 10,000 held jobs of another user
+# (docs/benchmarks.md): a job by id costs 3-5 ms, squeue --me about 60 ms, the whole queue about
+# 20 us per job held (160-280 ms). By id beats squeue up to about 15 jobs, the whole queue up to
+# about 50: each limit sits below its meeting point.
+PER_ID_LIMIT = 12
+PER_ID_LIMIT_WITHOUT_SQUEUE = 50
 
 SEVERAL_RECORDS = object()
 """What a load by id gives for an array or hetjob that pyslurm cannot load one record of."""
@@ -342,7 +342,11 @@ class PyslurmBackend(Backend):
     """Submit, poll and cancel through pyslurm; a poll asks slurmctld for the polled jobs only."""
 
     name = "pyslurm"
-    per_id_limit = PER_ID_LIMIT
+    many_by_squeue = True
+    """Polls of many jobs ask `squeue --me` where it is installed (see _many)."""
+
+    def _squeue_serves_many(self) -> bool:
+        return self.many_by_squeue and shutil.which("squeue") is not None
 
     def __init__(self, module: ModuleType | None = None) -> None:
         if module is None:
@@ -350,6 +354,8 @@ class PyslurmBackend(Backend):
             if module is None:
                 raise BackendError(f"the pyslurm backend is not usable: {why}")
         self.pyslurm = module
+        # Polls of up to this many plain jobs load each by its id.
+        self.per_id_limit = PER_ID_LIMIT if self._squeue_serves_many() else PER_ID_LIMIT_WITHOUT_SQUEUE
         # RPCs made, by name: how the contract tests check what a poll costs.
         self.rpc_calls: Counter[str] = Counter()
 
@@ -425,9 +431,17 @@ class PyslurmBackend(Backend):
                 continue
             found[job_id] = job_info(job, "pyslurm")
         if whole:
-            loaded = self._rpc("load_jobs", self.pyslurm.Jobs.load)
-            found.update(collect(loaded.values(), whole, "pyslurm"))
+            found.update(self._rpc("load_jobs", lambda: self._many(whole)))
         return found
+
+    def _many(self, wanted: set[str]) -> dict[str, JobInfo]:
+        """Many jobs (or arrays) in one controller query. pyslurm 25.11 offers only the load of every
+        job slurmctld holds, whose cost grows with the whole queue (1.8x squeue's time with 10,000 held
+        jobs of others, docs/benchmarks.md); squeue --me asks for this user's jobs alone, filtered by
+        slurmctld, so it serves wherever it is installed."""
+        if self._squeue_serves_many():
+            return SlurmCliBackend().own_jobs(wanted)
+        return collect(self.pyslurm.Jobs.load().values(), wanted, "pyslurm")
 
     def _job_or_none(self, job_id: str) -> Any | None:
         """One job from slurmctld (slurm_load_job), None where it holds no job of that id, or

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -136,6 +137,12 @@ def test_submit_without_options_is_refused(tmp_path: Path) -> None:
     backend = pb.PyslurmBackend(SimpleNamespace())  # type: ignore[arg-type]
     with pytest.raises(BackendError, match="command-line backend"):
         backend.submit(tmp_path / "job.sh", tmp_path)
+
+
+@pytest.fixture(autouse=True)
+def only_pyslurm(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake module answers every query: this machine's squeue must not answer the large ones."""
+    monkeypatch.setattr(pb.PyslurmBackend, "many_by_squeue", False)
 
 
 def job(job_id: int, state: str, **extra: object) -> SimpleNamespace:
@@ -278,3 +285,24 @@ def test_task_count_is_sbatchs_not_pyslurms_default_of_one(options: list[Directi
     description = SimpleNamespace()
     pb.apply_options(description, [options])
     assert description.ntasks == ntasks
+
+
+def test_a_poll_of_many_jobs_asks_squeue_for_the_users_jobs_not_pyslurm_for_the_whole_queue(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pyslurm can load only every job slurmctld holds (10,000 held: 1.8x squeue's time); squeue --me
+    is one RPC that slurmctld filters to the user's jobs."""
+    monkeypatch.setattr(pb.PyslurmBackend, "many_by_squeue", True)
+    bindir, calls = tmp_path / "bin", tmp_path / "calls"
+    bindir.mkdir()
+    rows = "".join(f"{n}|COMPLETED|None|node1|0:01|debug|1|||(null)\\n" for n in range(1, 61))
+    (bindir / "squeue").write_text(f'#!/bin/sh\necho "$@" >> {calls}\nprintf "{rows}"\n')
+    (bindir / "squeue").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bindir}:{os.environ['PATH']}")
+    loads: list[str] = []
+    backend = pb.PyslurmBackend(fake_pyslurm([], loads))  # type: ignore[arg-type]
+    wanted = [str(n) for n in range(1, 61)]
+    found = backend.poll(wanted)
+    assert {found[n].state for n in wanted} == {JobState.COMPLETED}
+    assert loads == [] and calls.read_text().split()[0] == "--me"
+    assert dict(backend.rpc_calls) == {"load_jobs": 1}
