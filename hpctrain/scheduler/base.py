@@ -33,9 +33,14 @@ class Blocked(msgspec.Struct, frozen=True):
     certain: bool = True
     """False where it may still run: a limit or an account that an admin may change."""
 
+    @property
+    def verdict(self) -> str:
+        """`can never run`, or `may never run` when not certain."""
+        return "can never run" if self.certain else "may never run"
+
     def warning(self) -> str:
-        """The one line status prints: `can never run: CAUSE; FIX` (`may never run` when not certain)."""
-        return f"{'can never run' if self.certain else 'may never run'}: {self.cause}; {self.fix}"
+        """The one line status prints: `VERDICT: CAUSE; FIX`."""
+        return f"{self.verdict}: {self.cause}; {self.fix}"
 
 
 class JobInfo(msgspec.Struct):

@@ -79,8 +79,7 @@ def rows(statuses: list[RunStatus]) -> list[JobProgress]:
         label = f"{status.job_id or '-'} {status.name}"
         state = str(status.state)
         if status.blocked is not None:  # the cause and its fix are `hpctrain status JOBID`'s line
-            never = "can never run" if status.blocked.certain else "may never run"
-            state += f" ({never}: `hpctrain status {status.job_id}`)"
+            state += f" ({status.blocked.verdict}: `hpctrain status {status.job_id}`)"
         out.append(job_progress(label, state, status.progress))
         for element in status.elements:
             out.append(job_progress(f"{status.job_id}_{element.index}", element.state, element.progress))

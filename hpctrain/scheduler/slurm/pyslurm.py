@@ -343,10 +343,8 @@ class PyslurmBackend(Backend):
 
     name = "pyslurm"
     many_by_squeue = True
-    """Polls of many jobs ask `squeue --me` where it is installed (see _many)."""
-
-    def _squeue_serves_many(self) -> bool:
-        return self.many_by_squeue and shutil.which("squeue") is not None
+    """Polls of many jobs ask `squeue --me` where it is installed (see _many); each backend settles
+    it once, from PATH, when it is made."""
 
     def __init__(self, module: ModuleType | None = None) -> None:
         if module is None:
@@ -354,8 +352,9 @@ class PyslurmBackend(Backend):
             if module is None:
                 raise BackendError(f"the pyslurm backend is not usable: {why}")
         self.pyslurm = module
+        self.many_by_squeue = self.many_by_squeue and shutil.which("squeue") is not None
         # Polls of up to this many plain jobs load each by its id.
-        self.per_id_limit = PER_ID_LIMIT if self._squeue_serves_many() else PER_ID_LIMIT_WITHOUT_SQUEUE
+        self.per_id_limit = PER_ID_LIMIT if self.many_by_squeue else PER_ID_LIMIT_WITHOUT_SQUEUE
         # RPCs made, by name: how the contract tests check what a poll costs.
         self.rpc_calls: Counter[str] = Counter()
 
@@ -411,8 +410,8 @@ class PyslurmBackend(Backend):
         return found
 
     def _from_controller(self, wanted: set[str], arrays: set[str]) -> dict[str, JobInfo]:
-        """The wanted jobs slurmctld still holds: each loaded by its id while they are few, else one
-        load of the whole queue, filtered here."""
+        """The wanted jobs slurmctld still holds: each loaded by its id while they are few, else (and
+        for arrays and hetjobs) one query for them all (_many)."""
         one_by_one = wanted - arrays if len(wanted) <= self.per_id_limit else set()
         whole = wanted - one_by_one
         found: dict[str, JobInfo] = {}
@@ -436,10 +435,10 @@ class PyslurmBackend(Backend):
 
     def _many(self, wanted: set[str]) -> dict[str, JobInfo]:
         """Many jobs (or arrays) in one controller query. pyslurm 25.11 offers only the load of every
-        job slurmctld holds, whose cost grows with the whole queue (1.8x squeue's time with 10,000 held
+        job slurmctld holds, whose cost grows with the whole queue (2.6x squeue's time with 10,000 held
         jobs of others, docs/benchmarks.md); squeue --me asks for this user's jobs alone, filtered by
         slurmctld, so it serves wherever it is installed."""
-        if self._squeue_serves_many():
+        if self.many_by_squeue:
             return SlurmCliBackend().own_jobs(wanted)
         return collect(self.pyslurm.Jobs.load().values(), wanted, "pyslurm")
 

@@ -290,7 +290,7 @@ def test_task_count_is_sbatchs_not_pyslurms_default_of_one(options: list[Directi
 def test_a_poll_of_many_jobs_asks_squeue_for_the_users_jobs_not_pyslurm_for_the_whole_queue(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """pyslurm can load only every job slurmctld holds (10,000 held: 1.8x squeue's time); squeue --me
+    """pyslurm can load only every job slurmctld holds (10,000 held: 2.6x squeue's time); squeue --me
     is one RPC that slurmctld filters to the user's jobs."""
     monkeypatch.setattr(pb.PyslurmBackend, "many_by_squeue", True)
     bindir, calls = tmp_path / "bin", tmp_path / "calls"
